@@ -1,0 +1,3 @@
+"""flexor: differentiable, batched simulation of MuJoCo MJCF models in pure JAX."""
+
+from flexor.types import Data, Model, Option, make_data

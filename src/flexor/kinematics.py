@@ -1,0 +1,215 @@
+"""Position and velocity kinematics: ``kinematics``, ``com_pos``, ``com_vel`` and Jacobians.
+
+Forward kinematics is the only non-linear pass over the tree. Each body's transform relative to
+its parent depends on its own joints only, so all of them are computed in parallel first (one
+vectorised step per joint slot and joint type, over static index groups). World transforms are
+then composed by pointer jumping: after step k every body holds its transform relative to the
+ancestor 2**(k+1) levels up, so ``ceil(log2(depth))`` steps of one ``lax.scan`` reach the world.
+Everything after that is a masked matmul in com-based frames (see ``flexor.tree``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor import math
+from flexor.types import Data, JointType, Model, SameFrame
+
+
+def _compose(pos_a: jax.Array, quat_a: jax.Array, pos_b: jax.Array, quat_b: jax.Array):
+  """Transform a∘b: frame b given in frame a, frame a given in its parent."""
+  return pos_a + math.rot_vec_quat(pos_b, quat_a), math.quat_mul(quat_a, quat_b)
+
+
+def _local_transforms(m: Model, d: Data):
+  """Every body's frame in its parent's frame, and joint anchors/axes in the parent's frame.
+
+  Returns:
+    pos (nbody, 3), quat (nbody, 4): body frames relative to the parent body (the world for
+      free-joint and mocap bodies). Row 0, the world, is the identity.
+    anchor (njnt, 3), axis (njnt, 3): joint anchor and axis in the parent body's frame.
+  """
+  pos = m.body_pos
+  quat = m.body_quat
+  if m.nmocap:
+    mocap = np.flatnonzero(m.body_mocapid >= 0)
+    pos = pos.at[mocap].set(d.mocap_pos[m.body_mocapid[mocap]])
+    quat = quat.at[mocap].set(math.quat_normalize(d.mocap_quat[m.body_mocapid[mocap]]))
+  pos = pos.at[0].set(0.0)
+  quat = quat.at[0].set(jnp.array([1.0, 0, 0, 0], dtype=quat.dtype))
+  anchor = jnp.zeros((m.njnt, 3), dtype=pos.dtype)
+  axis = jnp.zeros((m.njnt, 3), dtype=pos.dtype)
+
+  # Joints of one body act in order, so slots are sequential; bodies within a slot are not.
+  for slot in m.jnt_slot:
+    for jtype in JointType:
+      bodies = np.flatnonzero((slot >= 0) & (m.jnt_type[np.maximum(slot, 0)] == jtype))
+      if not bodies.size:
+        continue
+      jnt = slot[bodies]
+      adr = m.jnt_qposadr[jnt]
+      p, q = pos[bodies], quat[bodies]
+      if jtype == JointType.FREE:
+        p = d.qpos[adr[:, None] + np.arange(3)]
+        q = math.quat_normalize(d.qpos[adr[:, None] + np.arange(3, 7)])
+        anchor = anchor.at[jnt].set(p)
+        axis = axis.at[jnt].set(m.jnt_axis[jnt])
+      else:
+        jaxis = math.rot_vec_quat(m.jnt_axis[jnt], q)
+        janchor = p + math.rot_vec_quat(m.jnt_pos[jnt], q)
+        anchor = anchor.at[jnt].set(janchor)
+        axis = axis.at[jnt].set(jaxis)
+        if jtype == JointType.SLIDE:
+          p = p + jaxis * (d.qpos[adr] - m.qpos0[adr])[:, None]
+        else:
+          if jtype == JointType.BALL:
+            qloc = math.quat_normalize(d.qpos[adr[:, None] + np.arange(4)])
+          else:
+            qloc = math.axis_angle_to_quat(m.jnt_axis[jnt], d.qpos[adr] - m.qpos0[adr])
+          q = math.quat_mul(q, qloc)
+          p = janchor - math.rot_vec_quat(m.jnt_pos[jnt], q)
+      pos = pos.at[bodies].set(p)
+      quat = quat.at[bodies].set(q)
+  return pos, quat, anchor, axis
+
+
+def _frames(d: Data, bodyid: np.ndarray, lpos: jax.Array, lquat: jax.Array,
+            sameframe: np.ndarray, xipos: jax.Array | None = None, ximat: jax.Array | None = None):
+  """World position (n, 3) and rotation matrix (n, 3, 3) of frames attached to bodies.
+
+  Frames the compiler marked as coinciding with the body (or inertial) frame copy it, as
+  ``mj_local2Global`` does, rather than compose with a near-identity offset.
+  """
+  pos, quat = _compose(d.xpos[bodyid], d.xquat[bodyid], lpos, lquat)
+  mat = math.quat_to_mat(quat)
+  sf = sameframe[:, None]
+  pos = jnp.where(sf == SameFrame.BODY, d.xpos[bodyid], pos)
+  mat = jnp.where(np.isin(sf, (SameFrame.BODY, SameFrame.BODYROT))[..., None], d.xmat[bodyid], mat)
+  if xipos is not None:
+    pos = jnp.where(sf == SameFrame.INERTIA, xipos[bodyid], pos)
+    mat = jnp.where(np.isin(sf, (SameFrame.INERTIA, SameFrame.INERTIAROT))[..., None],
+                    ximat[bodyid], mat)
+  return pos, mat
+
+
+def kinematics(m: Model, d: Data) -> Data:
+  """Computes xpos, xquat, xmat, xipos, ximat, xanchor, xaxis, geom and site frames from qpos."""
+  with jax.named_scope("kinematics"):
+    lpos, lquat, lanchor, laxis = _local_transforms(m, d)
+
+    def jump(carry, ancestor):
+      pos, quat = carry
+      return _compose(pos[ancestor], quat[ancestor], pos, quat), None
+
+    (xpos, xquat), _ = jax.lax.scan(jump, (lpos, lquat), jnp.asarray(m.body_jump))
+    xquat = math.quat_normalize(xquat)
+    xmat = math.quat_to_mat(xquat)
+
+    # Joint frames were computed in the parent body's frame; free joints already in the world's.
+    parent = m.body_parentid[m.jnt_bodyid]
+    free = m.jnt_type == JointType.FREE
+    xanchor = jnp.where(free[:, None], lanchor, xpos[parent] + math.rot_vec_quat(lanchor, xquat[parent]))
+    xaxis = jnp.where(free[:, None], laxis, math.rot_vec_quat(laxis, xquat[parent]))
+
+    d = d.replace(xpos=xpos, xquat=xquat, xmat=xmat, xanchor=xanchor, xaxis=xaxis)
+    xipos, ximat = _frames(d, np.arange(m.nbody), m.body_ipos, m.body_iquat, m.body_sameframe)
+    geom_xpos, geom_xmat = _frames(d, m.geom_bodyid, m.geom_pos, m.geom_quat, m.geom_sameframe,
+                                   xipos, ximat)
+    site_xpos, site_xmat = _frames(d, m.site_bodyid, m.site_pos, m.site_quat, m.site_sameframe,
+                                   xipos, ximat)
+  return d.replace(xipos=xipos, ximat=ximat, geom_xpos=geom_xpos, geom_xmat=geom_xmat,
+                   site_xpos=site_xpos, site_xmat=site_xmat)
+
+
+def _mask(mask: np.ndarray, like: jax.Array) -> jax.Array:
+  """A static 0/1 mask as a constant of ``like``'s dtype."""
+  return jnp.asarray(mask, dtype=like.dtype)
+
+
+def _dof_axes(m: Model):
+  """Static per-dof description of cdof: (source, column, rotational).
+
+  source: 0 = joint axis (hinge, slide), 1 = body frame column (ball, free rotation),
+  2 = world unit vector (free translation); column: which column / unit vector;
+  rotational: the dof rotates about its axis (else it translates along it).
+  """
+  jtype = m.jnt_type[m.dof_jntid]
+  k = np.arange(m.nv) - m.jnt_dofadr[m.dof_jntid]
+  source = np.select([jtype == JointType.FREE, jtype == JointType.BALL], [np.where(k < 3, 2, 1), 1], 0)
+  column = np.where(jtype == JointType.FREE, k % 3, np.where(jtype == JointType.BALL, k, 0))
+  rotational = ~((jtype == JointType.SLIDE) | ((jtype == JointType.FREE) & (k < 3)))
+  return source, column, rotational
+
+
+def com_pos(m: Model, d: Data) -> Data:
+  """Computes subtree_com, cinert and cdof (com-based frames: origin at the root's subtree com)."""
+  with jax.named_scope("com_pos"):
+    mass = m.body_mass
+    weighted = mass[:, None] * d.xipos
+    subtree = _mask(m.body_subtree, mass)
+    smass = subtree @ mass
+    scom = subtree @ weighted
+    total = jnp.sum(mass)
+    smass = smass.at[0].set(total)
+    scom = scom.at[0].set(jnp.sum(weighted, axis=0))
+    heavy = smass > math.MINVAL
+    subtree_com = jnp.where(heavy[:, None], scom / jnp.where(heavy, smass, 1.0)[:, None], d.xipos)
+
+    root_com = subtree_com[m.body_rootid]
+    cinert = math.inert_com(m.body_inertia, d.ximat, d.xipos - root_com, mass)
+    cinert = cinert.at[0].set(0.0)
+
+    source, column, rotational = _dof_axes(m)
+    eye = jnp.eye(3, dtype=mass.dtype)
+    axis = jnp.where(
+        (source == 0)[:, None], d.xaxis[m.dof_jntid],
+        jnp.where((source == 1)[:, None], d.xmat[m.dof_bodyid, :, column], eye[column]))
+    offset = root_com[m.dof_bodyid] - d.xanchor[m.dof_jntid]
+    rot = rotational[:, None]
+    cdof = jnp.concatenate([jnp.where(rot, axis, 0.0),
+                            jnp.where(rot, math.cross(axis, offset), axis)], axis=-1)
+  return d.replace(subtree_com=subtree_com, cinert=cinert, cdof=cdof)
+
+
+def com_vel(m: Model, d: Data) -> Data:
+  """Computes cvel (body spatial velocities) and cdof_dot (time derivatives of cdof)."""
+  with jax.named_scope("com_vel"):
+    dof_vel = d.cdof * d.qvel[:, None]
+    cvel = _mask(m.body_dof, dof_vel) @ dof_vel
+    before = _mask(m.dof_cdofdot, dof_vel) @ dof_vel
+    cdof_dot = math.motion_cross(before, d.cdof)
+  return d.replace(cvel=cvel, cdof_dot=cdof_dot)
+
+
+def jac(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array):
+  """Translational and rotational Jacobians of points attached to bodies (mj_jac).
+
+  Args:
+    point: (n, 3) world positions.
+    body: (n,) ids of the bodies the points move with.
+  Returns:
+    jacp (n, nv, 3), jacr (n, nv, 3): d(point velocity)/d(qvel), d(body angular velocity)/d(qvel).
+  """
+  moves = _mask(m.body_dof, d.cdof)[body]                          # (n, nv)
+  offset = point - d.subtree_com[m.body_rootid[body]]               # (n, 3)
+  ang = d.cdof[None, :, :3]
+  jacp = d.cdof[None, :, 3:] + math.cross(ang, offset[:, None, :])
+  return jacp * moves[..., None], ang * moves[..., None]
+
+
+def apply_ft(m: Model, d: Data, force: jax.Array, torque: jax.Array, point: jax.Array) -> jax.Array:
+  """Joint-space force of world-frame forces and torques acting on every body (mj_applyFT).
+
+  Args:
+    force: (nbody, 3) N, applied at ``point``.
+    torque: (nbody, 3) Nm.
+    point: (nbody, 3) world points of application.
+  Returns:
+    (nv,) generalised force J' [force; torque], summed over bodies.
+  """
+  offset = point - d.subtree_com[m.body_rootid]
+  spatial = jnp.concatenate([torque + math.cross(offset, force), force], axis=-1)  # (nbody, 6)
+  per_dof = _mask(m.body_dof, spatial).T @ spatial                                 # (nv, 6)
+  return jnp.sum(d.cdof * per_dof, axis=-1)

@@ -1,0 +1,161 @@
+"""Quaternions (w, x, y, z), rotations and spatial algebra, as in MuJoCo's ``engine_util_spatial``.
+
+All functions act on the trailing axes and broadcast over leading ones. Spatial vectors are
+6-vectors in MuJoCo's (rotation, translation) order; inertias in com-based frames are MuJoCo's
+10-vectors ``(Ixx, Iyy, Izz, Ixy, Ixz, Iyz, m*cx, m*cy, m*cz, m)``.
+Norms and divisions are guarded so both values and gradients stay finite at zero.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+MINVAL = 1e-15  # mjMINVAL
+
+
+def safe_norm(x: jax.Array, axis: int = -1, keepdims: bool = False) -> jax.Array:
+  """Euclidean norm with a finite gradient (zero) at x = 0."""
+  sq = jnp.sum(x * x, axis=axis, keepdims=keepdims)
+  nonzero = sq > 0
+  return jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, sq, 1.0)), 0.0)
+
+
+def normalize(x: jax.Array) -> jax.Array:
+  """x / |x| along the last axis; x unchanged where |x| < mjMINVAL (as mju_normalize)."""
+  n = safe_norm(x, keepdims=True)
+  return jnp.where(n < MINVAL, x, x / jnp.where(n < MINVAL, 1.0, n))
+
+
+def quat_normalize(q: jax.Array) -> jax.Array:
+  """Unit quaternion; the identity where |q| < mjMINVAL (as mju_normalize4)."""
+  n = safe_norm(q, keepdims=True)
+  small = n < MINVAL
+  unit = jnp.zeros_like(q).at[..., 0].set(1.0)
+  return jnp.where(small, unit, q / jnp.where(small, 1.0, n))
+
+
+def quat_mul(a: jax.Array, b: jax.Array) -> jax.Array:
+  """Hamilton product a * b, (..., 4)."""
+  aw, ax, ay, az = jnp.moveaxis(a, -1, 0)
+  bw, bx, by, bz = jnp.moveaxis(b, -1, 0)
+  return jnp.stack([
+      aw * bw - ax * bx - ay * by - az * bz,
+      aw * bx + ax * bw + ay * bz - az * by,
+      aw * by - ax * bz + ay * bw + az * bx,
+      aw * bz + ax * by - ay * bx + az * bw,
+  ], axis=-1)
+
+
+def quat_conj(q: jax.Array) -> jax.Array:
+  """Conjugate (the inverse of a unit quaternion)."""
+  return q * jnp.array([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
+
+
+def quat_to_mat(q: jax.Array) -> jax.Array:
+  """Rotation matrix of a unit quaternion, (..., 3, 3) (as mju_quat2Mat)."""
+  w, x, y, z = jnp.moveaxis(q, -1, 0)
+  ww, xx, yy, zz = w * w, x * x, y * y, z * z
+  wx, wy, wz, xy, xz, yz = w * x, w * y, w * z, x * y, x * z, y * z
+  return jnp.stack([
+      jnp.stack([ww + xx - yy - zz, 2 * (xy - wz), 2 * (xz + wy)], -1),
+      jnp.stack([2 * (xy + wz), ww - xx + yy - zz, 2 * (yz - wx)], -1),
+      jnp.stack([2 * (xz - wy), 2 * (yz + wx), ww - xx - yy + zz], -1),
+  ], axis=-2)
+
+
+def rot_vec_quat(v: jax.Array, q: jax.Array) -> jax.Array:
+  """Rotates v (..., 3) by unit quaternion q (..., 4)."""
+  return jnp.einsum("...ij,...j->...i", quat_to_mat(q), v)
+
+
+def axis_angle_to_quat(axis: jax.Array, angle: jax.Array) -> jax.Array:
+  """Quaternion of a rotation by ``angle`` (rad, (...,)) about unit ``axis`` (..., 3)."""
+  half = 0.5 * angle[..., None]
+  return jnp.concatenate([jnp.cos(half), axis * jnp.sin(half)], axis=-1)
+
+
+def quat_integrate(q: jax.Array, omega: jax.Array, dt: jax.Array | float) -> jax.Array:
+  """Rotates q by local angular velocity ``omega`` (..., 3) for time dt (as mju_quatIntegrate).
+
+  Returns the normalized q * exp(omega dt / 2). The gradient is finite at omega = 0.
+  """
+  speed = safe_norm(omega, keepdims=True)
+  moving = speed > 0
+  axis = omega / jnp.where(moving, speed, 1.0)
+  rot = axis_angle_to_quat(axis, (speed * dt)[..., 0])
+  # Second-order series at rest keeps d(rot)/d(omega) = dt/2 where the norm has no gradient.
+  small = jnp.concatenate([jnp.ones_like(speed), 0.5 * dt * omega], axis=-1)
+  rot = jnp.where(moving, rot, small)
+  return quat_normalize(quat_mul(q, rot))
+
+
+def quat_sub(qa: jax.Array, qb: jax.Array) -> jax.Array:
+  """3D velocity v such that qa = qb * exp(v): the rotation from qb to qa (as mju_subQuat)."""
+  dq = quat_mul(quat_conj(qb), qa)
+  return quat_to_vel(dq)
+
+
+def quat_to_vel(q: jax.Array) -> jax.Array:
+  """Rotation vector (axis * angle) of a unit quaternion, angle in (-pi, pi] (mju_quat2Vel, dt=1)."""
+  v = q[..., 1:]
+  sin_a2 = safe_norm(v, keepdims=True)
+  nonzero = sin_a2 > 0
+  angle = 2.0 * jnp.arctan2(sin_a2, q[..., :1])
+  angle = jnp.where(angle > jnp.pi, angle - 2.0 * jnp.pi, angle)
+  scale = jnp.where(nonzero, angle / jnp.where(nonzero, sin_a2, 1.0), 2.0)
+  return v * scale
+
+
+def cross(a: jax.Array, b: jax.Array) -> jax.Array:
+  """3D cross product along the last axis."""
+  return jnp.cross(a, b)
+
+
+def motion_cross(v: jax.Array, m: jax.Array) -> jax.Array:
+  """Spatial motion cross product v x m (mju_crossMotion), (..., 6)."""
+  w, u = v[..., :3], v[..., 3:]
+  mw, mu = m[..., :3], m[..., 3:]
+  return jnp.concatenate([cross(w, mw), cross(w, mu) + cross(u, mw)], axis=-1)
+
+
+def force_cross(v: jax.Array, f: jax.Array) -> jax.Array:
+  """Spatial force cross product v x* f (mju_crossForce), (..., 6)."""
+  w, u = v[..., :3], v[..., 3:]
+  fn, ff = f[..., :3], f[..., 3:]
+  return jnp.concatenate([cross(w, fn) + cross(u, ff), cross(w, ff)], axis=-1)
+
+
+def inert_mul(inert: jax.Array, v: jax.Array) -> jax.Array:
+  """Product of com-based inertia (..., 10) with spatial motion v (..., 6) (mju_mulInertVec)."""
+  ixx, iyy, izz, ixy, ixz, iyz = (inert[..., k] for k in range(6))
+  mc, m = inert[..., 6:9], inert[..., 9:10]
+  w, u = v[..., :3], v[..., 3:]
+  rot = jnp.stack([
+      ixx * w[..., 0] + ixy * w[..., 1] + ixz * w[..., 2],
+      ixy * w[..., 0] + iyy * w[..., 1] + iyz * w[..., 2],
+      ixz * w[..., 0] + iyz * w[..., 1] + izz * w[..., 2],
+  ], axis=-1) + cross(mc, u)
+  lin = m * u - cross(mc, w)
+  return jnp.concatenate([rot, lin], axis=-1)
+
+
+def inert_com(inertia: jax.Array, rot: jax.Array, offset: jax.Array, mass: jax.Array) -> jax.Array:
+  """Com-based 10-vector inertia (mju_inertCom).
+
+  Args:
+    inertia: (..., 3) principal moments in the body's inertial frame.
+    rot: (..., 3, 3) orientation of the inertial frame (ximat).
+    offset: (..., 3) inertial-frame origin minus the com-frame origin (xipos - subtree_com).
+    mass: (...,) kg.
+  """
+  full = jnp.einsum("...ij,...j,...kj->...ik", rot, inertia, rot)
+  d, m = offset, mass[..., None]
+  dd = jnp.sum(d * d, axis=-1)
+  full = full + mass[..., None, None] * (dd[..., None, None] * jnp.eye(3, dtype=d.dtype)
+                                         - d[..., :, None] * d[..., None, :])
+  return jnp.concatenate([
+      jnp.stack([full[..., 0, 0], full[..., 1, 1], full[..., 2, 2],
+                 full[..., 0, 1], full[..., 0, 2], full[..., 1, 2]], axis=-1),
+      m * d, m], axis=-1)
+
