@@ -1,0 +1,20 @@
+"""flexor's one error type for bad model input."""
+
+from __future__ import annotations
+
+
+class MJCFError(ValueError):
+  """An MJCF model could not be compiled.
+
+  The message names the file, line, element and attribute at fault and what would be accepted,
+  e.g. ``arm.xml:12: <joint name='elbow'> attribute 'axis': expected 3 numbers, got 2``.
+  The parts are also available as attributes for programs that report errors themselves.
+  """
+
+  def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+               element: str | None = None, attribute: str | None = None):
+    self.file, self.line, self.element, self.attribute = file, line, element, attribute
+    where = f"{file or '<string>'}:{line if line is not None else '?'}: "
+    what = f"<{element}> " if element else ""
+    attr = f"attribute '{attribute}': " if attribute else ""
+    super().__init__(f"{where}{what}{attr}{message}")

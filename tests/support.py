@@ -1,0 +1,63 @@
+"""Shared helpers for conformance tests: the model list and MuJoCo side-by-side loading."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from typing import Any
+
+import mujoco
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED_CORPUS = os.path.join(HERE, "..", "..", "shared", "corpus")
+
+
+def _suite_dir() -> str:
+  import dm_control  # pylint: disable=import-outside-toplevel
+  return os.path.join(os.path.dirname(dm_control.__file__), "suite")
+
+
+def _gym_dir() -> str:
+  import gymnasium  # pylint: disable=import-outside-toplevel
+  return os.path.join(os.path.dirname(gymnasium.__file__), "envs", "mujoco", "assets")
+
+
+def _loads_in_mujoco(path: str) -> bool:
+  try:
+    mujoco.MjModel.from_xml_path(path)
+  except Exception:  # pylint: disable=broad-except
+    return False
+  return True
+
+
+@functools.cache
+def model_paths() -> dict[str, str]:
+  """Conformance models that MuJoCo compiles, keyed by a readable test id.
+
+  dm_control's suite and gymnasium's assets (both ship inside their wheels), the shared corpus
+  (MJX's test data) when present beside the repository, and tests/models.
+  """
+  groups = [("dmc", _suite_dir()), ("gym", _gym_dir()), ("own", os.path.join(HERE, "models"))]
+  if os.path.isdir(SHARED_CORPUS):
+    groups.append(("mjx", os.path.join(SHARED_CORPUS, "mjx_test_data")))
+  paths = {}
+  for prefix, root in groups:
+    for path in sorted(glob.glob(os.path.join(root, "**", "*.xml"), recursive=True)):
+      rel = os.path.relpath(path, root)[:-4].replace(os.sep, "/")
+      if rel.startswith("common/"):  # dm_control's shared fragments, included by the models
+        continue
+      if _loads_in_mujoco(path):
+        paths[f"{prefix}/{rel}"] = path
+  return paths
+
+
+SMOOTH_ONLY = (mujoco.mjtDisableBit.mjDSBL_CONTACT | mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
+               | mujoco.mjtDisableBit.mjDSBL_ACTUATION)
+
+
+def relerr(a: Any, b: Any) -> float:
+  """max |a - b| / (1 + |b|), elementwise; 0 for empty arrays."""
+  a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64).reshape(np.shape(a))
+  return float(np.max(np.abs(a - b) / (1.0 + np.abs(b)))) if a.size else 0.0
