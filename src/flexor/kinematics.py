@@ -26,72 +26,80 @@ def _compose(pos_a: jax.Array, quat_a: jax.Array, pos_b: jax.Array, quat_b: jax.
 def _local_transforms(m: Model, d: Data):
   """Every body's frame in its parent's frame, and joint anchors/axes in the parent's frame.
 
+  One masked formula per joint slot serves every joint type, so the traced program has a fixed
+  number of operations per slot whatever the mix of joint types.
+
   Returns:
     pos (nbody, 3), quat (nbody, 4): body frames relative to the parent body (the world for
       free-joint and mocap bodies). Row 0, the world, is the identity.
     anchor (njnt, 3), axis (njnt, 3): joint anchor and axis in the parent body's frame.
   """
-  pos = m.body_pos
-  quat = m.body_quat
+  dtype = m.body_pos.dtype
+  pos = m.body_pos.at[0].set(0.0)
+  quat = m.body_quat.at[0].set(jnp.array([1.0, 0, 0, 0], dtype=dtype))
   if m.nmocap:
     mocap = np.flatnonzero(m.body_mocapid >= 0)
     pos = pos.at[mocap].set(d.mocap_pos[m.body_mocapid[mocap]])
     quat = quat.at[mocap].set(math.quat_normalize(d.mocap_quat[m.body_mocapid[mocap]]))
-  pos = pos.at[0].set(0.0)
-  quat = quat.at[0].set(jnp.array([1.0, 0, 0, 0], dtype=quat.dtype))
-  anchor = jnp.zeros((m.njnt, 3), dtype=pos.dtype)
-  axis = jnp.zeros((m.njnt, 3), dtype=pos.dtype)
 
-  # Joints of one body act in order, so slots are sequential; bodies within a slot are not.
-  for slot in m.jnt_slot:
-    for jtype in JointType:
-      bodies = np.flatnonzero((slot >= 0) & (m.jnt_type[np.maximum(slot, 0)] == jtype))
-      if not bodies.size:
-        continue
-      jnt = slot[bodies]
-      adr = m.jnt_qposadr[jnt]
-      p, q = pos[bodies], quat[bodies]
-      if jtype == JointType.FREE:
-        p = d.qpos[adr[:, None] + np.arange(3)]
-        q = math.quat_normalize(d.qpos[adr[:, None] + np.arange(3, 7)])
-        anchor = anchor.at[jnt].set(p)
-        axis = axis.at[jnt].set(m.jnt_axis[jnt])
-      else:
-        jaxis = math.rot_vec_quat(m.jnt_axis[jnt], q)
-        janchor = p + math.rot_vec_quat(m.jnt_pos[jnt], q)
-        anchor = anchor.at[jnt].set(janchor)
-        axis = axis.at[jnt].set(jaxis)
-        if jtype == JointType.SLIDE:
-          p = p + jaxis * (d.qpos[adr] - m.qpos0[adr])[:, None]
-        else:
-          if jtype == JointType.BALL:
-            qloc = math.quat_normalize(d.qpos[adr[:, None] + np.arange(4)])
-          else:
-            qloc = math.axis_angle_to_quat(m.jnt_axis[jnt], d.qpos[adr] - m.qpos0[adr])
-          q = math.quat_mul(q, qloc)
-          p = janchor - math.rot_vec_quat(m.jnt_pos[jnt], q)
-      pos = pos.at[bodies].set(p)
-      quat = quat.at[bodies].set(q)
+  anchors, axes = [], []
+  for slot in m.jnt_slot:  # joints of one body act in order; bodies within a slot do not
+    jnt = np.maximum(slot, 0)
+    jtype = np.where(slot >= 0, m.jnt_type[jnt], -1)[:, None]
+    adr = m.jnt_qposadr[jnt]
+    qpos = d.qpos[np.minimum(adr[:, None] + np.arange(7), max(m.nq - 1, 0))]
+    axis_local, offset = m.jnt_axis[jnt], m.jnt_pos[jnt]
+    angle = qpos[:, 0] - m.qpos0[adr]
+
+    jaxis = math.rot_vec_quat(axis_local, quat)
+    janchor = pos + math.rot_vec_quat(offset, quat)
+    hinge_rot = math.axis_angle_to_quat(axis_local, angle)
+    ball_rot = math.quat_normalize(qpos[:, :4])
+    rotated = math.quat_mul(quat, jnp.where(jtype == JointType.BALL, ball_rot, hinge_rot))
+    rotates = (jtype == JointType.HINGE) | (jtype == JointType.BALL)
+    free = jtype == JointType.FREE
+
+    new_quat = jnp.where(rotates, rotated, quat)
+    new_quat = jnp.where(free, math.quat_normalize(qpos[:, 3:7]), new_quat)
+    new_pos = jnp.where(rotates, janchor - math.rot_vec_quat(offset, new_quat), pos)
+    new_pos = jnp.where(jtype == JointType.SLIDE, pos + jaxis * angle[:, None], new_pos)
+    new_pos = jnp.where(free, qpos[:, :3], new_pos)
+    anchors.append(jnp.where(free, qpos[:, :3], janchor))
+    axes.append(jnp.where(free, axis_local, jaxis))
+    pos, quat = new_pos, new_quat
+
+  if m.njnt:
+    slot_of = np.argmax(m.jnt_slot[:, m.jnt_bodyid] == np.arange(m.njnt), axis=0)
+    anchor = jnp.stack(anchors)[slot_of, m.jnt_bodyid]
+    axis = jnp.stack(axes)[slot_of, m.jnt_bodyid]
+  else:
+    anchor = axis = jnp.zeros((0, 3), dtype=dtype)
   return pos, quat, anchor, axis
 
 
-def _frames(d: Data, bodyid: np.ndarray, lpos: jax.Array, lquat: jax.Array,
-            sameframe: np.ndarray, xipos: jax.Array | None = None, ximat: jax.Array | None = None):
-  """World position (n, 3) and rotation matrix (n, 3, 3) of frames attached to bodies.
+def _frames(m: Model, xpos: jax.Array, xquat: jax.Array, xmat: jax.Array):
+  """World frames of inertias, geoms and sites, composed in one batch.
 
   Frames the compiler marked as coinciding with the body (or inertial) frame copy it, as
   ``mj_local2Global`` does, rather than compose with a near-identity offset.
+
+  Returns:
+    (pos, mat) pairs for inertial frames (nbody), geoms (ngeom) and sites (nsite).
   """
-  pos, quat = _compose(d.xpos[bodyid], d.xquat[bodyid], lpos, lquat)
+  bodyid = np.concatenate([np.arange(m.nbody), m.geom_bodyid, m.site_bodyid]).astype(np.int32)
+  lpos = jnp.concatenate([m.body_ipos, m.geom_pos, m.site_pos])
+  lquat = jnp.concatenate([m.body_iquat, m.geom_quat, m.site_quat])
+  same = np.concatenate([m.body_sameframe, m.geom_sameframe, m.site_sameframe])[:, None]
+  pos, quat = _compose(xpos[bodyid], xquat[bodyid], lpos, lquat)
   mat = math.quat_to_mat(quat)
-  sf = sameframe[:, None]
-  pos = jnp.where(sf == SameFrame.BODY, d.xpos[bodyid], pos)
-  mat = jnp.where(np.isin(sf, (SameFrame.BODY, SameFrame.BODYROT))[..., None], d.xmat[bodyid], mat)
-  if xipos is not None:
-    pos = jnp.where(sf == SameFrame.INERTIA, xipos[bodyid], pos)
-    mat = jnp.where(np.isin(sf, (SameFrame.INERTIA, SameFrame.INERTIAROT))[..., None],
-                    ximat[bodyid], mat)
-  return pos, mat
+  pos = jnp.where(same == SameFrame.BODY, xpos[bodyid], pos)
+  mat = jnp.where(np.isin(same, (SameFrame.BODY, SameFrame.BODYROT))[..., None], xmat[bodyid], mat)
+  # The inertial frames are the first nbody rows, so INERTIA cases copy from there.
+  pos = jnp.where(same == SameFrame.INERTIA, pos[bodyid], pos)
+  mat = jnp.where(np.isin(same, (SameFrame.INERTIA, SameFrame.INERTIAROT))[..., None],
+                  mat[bodyid], mat)
+  split = np.cumsum([m.nbody, m.ngeom])
+  return tuple(zip(jnp.split(pos, split), jnp.split(mat, split)))
 
 
 def kinematics(m: Model, d: Data) -> Data:
@@ -113,13 +121,9 @@ def kinematics(m: Model, d: Data) -> Data:
     xanchor = jnp.where(free[:, None], lanchor, xpos[parent] + math.rot_vec_quat(lanchor, xquat[parent]))
     xaxis = jnp.where(free[:, None], laxis, math.rot_vec_quat(laxis, xquat[parent]))
 
-    d = d.replace(xpos=xpos, xquat=xquat, xmat=xmat, xanchor=xanchor, xaxis=xaxis)
-    xipos, ximat = _frames(d, np.arange(m.nbody), m.body_ipos, m.body_iquat, m.body_sameframe)
-    geom_xpos, geom_xmat = _frames(d, m.geom_bodyid, m.geom_pos, m.geom_quat, m.geom_sameframe,
-                                   xipos, ximat)
-    site_xpos, site_xmat = _frames(d, m.site_bodyid, m.site_pos, m.site_quat, m.site_sameframe,
-                                   xipos, ximat)
-  return d.replace(xipos=xipos, ximat=ximat, geom_xpos=geom_xpos, geom_xmat=geom_xmat,
+    (xipos, ximat), (geom_xpos, geom_xmat), (site_xpos, site_xmat) = _frames(m, xpos, xquat, xmat)
+  return d.replace(xpos=xpos, xquat=xquat, xmat=xmat, xanchor=xanchor, xaxis=xaxis,
+                   xipos=xipos, ximat=ximat, geom_xpos=geom_xpos, geom_xmat=geom_xmat,
                    site_xpos=site_xpos, site_xmat=site_xmat)
 
 
@@ -193,7 +197,7 @@ def jac(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array):
     jacp (n, nv, 3), jacr (n, nv, 3): d(point velocity)/d(qvel), d(body angular velocity)/d(qvel).
   """
   moves = _mask(m.body_dof, d.cdof)[body]                          # (n, nv)
-  offset = point - d.subtree_com[m.body_rootid[body]]               # (n, 3)
+  offset = point - d.subtree_com[jnp.asarray(m.body_rootid)[body]]  # (n, 3)
   ang = d.cdof[None, :, :3]
   jacp = d.cdof[None, :, 3:] + math.cross(ang, offset[:, None, :])
   return jacp * moves[..., None], ang * moves[..., None]

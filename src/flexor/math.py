@@ -49,7 +49,7 @@ def quat_mul(a: jax.Array, b: jax.Array) -> jax.Array:
 
 def quat_conj(q: jax.Array) -> jax.Array:
   """Conjugate (the inverse of a unit quaternion)."""
-  return q * jnp.array([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
+  return jnp.concatenate([q[..., :1], -q[..., 1:]], axis=-1)
 
 
 def quat_to_mat(q: jax.Array) -> jax.Array:
@@ -152,7 +152,8 @@ def inert_com(inertia: jax.Array, rot: jax.Array, offset: jax.Array, mass: jax.A
   full = jnp.einsum("...ij,...j,...kj->...ik", rot, inertia, rot)
   d, m = offset, mass[..., None]
   dd = jnp.sum(d * d, axis=-1)
-  full = full + mass[..., None, None] * (dd[..., None, None] * jnp.eye(3, dtype=d.dtype)
+  eye = jnp.broadcast_to(jnp.eye(3, dtype=d.dtype), full.shape)
+  full = full + mass[..., None, None] * (dd[..., None, None] * eye
                                          - d[..., :, None] * d[..., None, :])
   return jnp.concatenate([
       jnp.stack([full[..., 0, 0], full[..., 1, 1], full[..., 2, 2],

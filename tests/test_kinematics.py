@@ -1,0 +1,146 @@
+"""kinematics, com_pos, com_vel and Jacobians against MuJoCo C, plus jit/vmap/grad checks."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import support
+from flexor import kinematics as K
+from flexor import make_data
+from flexor.mjcf.from_mujoco import from_mujoco
+
+# Sums are ordered differently from C (and quaternions are composed by pointer jumping rather
+# than body by body), so agreement is to rounding, far inside the issue's 1e-8.
+TOL = 1e-9
+
+FIELDS = ("xpos", "xquat", "xmat", "xipos", "ximat", "xanchor", "xaxis", "geom_xpos",
+          "geom_xmat", "site_xpos", "site_xmat", "subtree_com", "cinert", "cdof", "cvel",
+          "cdof_dot")
+
+
+def random_state(m: mujoco.MjModel, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+  """qpos near qpos0 with unit quaternions, and a random qvel."""
+  d = mujoco.MjData(m)
+  qpos = m.qpos0 + 0.5 * rng.normal(size=m.nq)
+  mujoco.mj_normalizeQuat(m, qpos)
+  del d
+  return qpos, rng.normal(size=m.nv)
+
+
+@functools.cache
+def _models(name: str):
+  m = mujoco.MjModel.from_xml_path(support.model_paths()[name])
+  return m, from_mujoco(m)
+
+
+@functools.cache
+def _stages():
+  def run(m, d):
+    return K.com_vel(m, K.com_pos(m, K.kinematics(m, d)))
+  return jax.jit(run)
+
+
+@functools.cache
+def _compare(name: str) -> dict[str, float]:
+  m, fm = _models(name)
+  rng = np.random.default_rng(0)
+  errors = dict.fromkeys(FIELDS, 0.0)
+  for _ in range(3):
+    qpos, qvel = random_state(m, rng)
+    d = mujoco.MjData(m)
+    d.qpos[:], d.qvel[:] = qpos, qvel
+    if m.nmocap:
+      d.mocap_pos[:] = rng.normal(size=d.mocap_pos.shape)
+      d.mocap_quat[:] = rng.normal(size=d.mocap_quat.shape)
+      d.mocap_quat[:] /= np.linalg.norm(d.mocap_quat, axis=1, keepdims=True)
+    mujoco.mj_forward(m, d)
+    fd = make_data(fm).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel),
+                               mocap_pos=jnp.asarray(d.mocap_pos.reshape(-1, 3)),
+                               mocap_quat=jnp.asarray(d.mocap_quat.reshape(-1, 4)))
+    fd = _stages()(fm, fd)
+    for field in FIELDS:
+      errors[field] = max(errors[field], support.relerr(getattr(fd, field), getattr(d, field)))
+  return errors
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("name", list(support.model_paths()))
+def test_conforms(name: str, field: str):
+  assert _compare(name)[field] <= TOL
+
+
+def test_jacobians_match_mujoco():
+  m, fm = _models("dmc/humanoid")
+  rng = np.random.default_rng(1)
+  qpos, qvel = random_state(m, rng)
+  d = mujoco.MjData(m)
+  d.qpos[:], d.qvel[:] = qpos, qvel
+  mujoco.mj_forward(m, d)
+  fd = _stages()(fm, make_data(fm).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel)))
+  bodies = np.arange(1, m.nbody)
+  points = jnp.asarray(d.xipos[bodies] + 0.1)
+  jacp, jacr = jax.jit(K.jac)(fm, fd, points, bodies)
+  for k, b in enumerate(bodies):
+    ref_p, ref_r = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+    mujoco.mj_jac(m, d, ref_p, ref_r, np.asarray(points[k]), b)
+    assert support.relerr(jacp[k].T, ref_p) <= TOL
+    assert support.relerr(jacr[k].T, ref_r) <= TOL
+
+  force, torque = rng.normal(size=(2, m.nbody, 3))
+  qfrc = jax.jit(K.apply_ft)(fm, fd, jnp.asarray(force), jnp.asarray(torque), fd.xipos)
+  ref = np.zeros(m.nv)
+  for b in bodies:
+    mujoco.mj_applyFT(m, d, force[b], torque[b], d.xipos[b], b, ref)
+  assert support.relerr(qfrc, ref) <= TOL
+
+
+def test_jit_equals_eager_and_vmap_equals_loop():
+  _, fm = _models("mjx/pendula")
+  rng = np.random.default_rng(2)
+  qpos = jnp.asarray(np.asarray(fm.qpos0) + 0.3 * rng.normal(size=(4, fm.nq)))
+  batch = make_data(fm, batch_shape=(4,)).replace(qpos=qpos)
+  run = lambda d: K.com_pos(fm, K.kinematics(fm, d))
+  batched = jax.jit(jax.vmap(run))(batch)
+  for i in range(4):
+    single = jax.jit(run)(jax.tree.map(lambda x, i=i: x[i], batch))
+    np.testing.assert_allclose(batched.cdof[i], single.cdof, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(batched.xpos[i], single.xpos, rtol=1e-12, atol=1e-12)
+
+
+def test_jit_equals_eager():
+  _, fm = _models("dmc/acrobot")
+  d = make_data(fm).replace(qpos=jnp.array([0.3, -0.2]), qvel=jnp.array([1.0, 2.0]))
+  run = lambda d: K.com_vel(fm, K.com_pos(fm, K.kinematics(fm, d)))
+  eager, jitted = run(d), jax.jit(run)(d)
+  for field in FIELDS:
+    np.testing.assert_allclose(getattr(jitted, field), getattr(eager, field), rtol=1e-12, atol=1e-12)
+
+
+def test_gradients_match_finite_differences():
+  _, fm = _models("mjx/pendula")
+  rng = np.random.default_rng(3)
+  qvel = jnp.asarray(rng.normal(size=fm.nv))
+  d0 = make_data(fm)
+
+  def site_and_velocity(qpos, body_mass):
+    m = fm.replace(body_mass=body_mass)
+    d = K.com_vel(m, K.com_pos(m, K.kinematics(m, d0.replace(qpos=qpos, qvel=qvel))))
+    return jnp.sum(d.xpos ** 2) + jnp.sum(d.subtree_com * d.cvel[:, 3:])
+
+  qpos = jnp.asarray(np.asarray(fm.qpos0) + 0.3 * rng.normal(size=fm.nq))
+  check_grads(jax.jit(site_and_velocity), (qpos, fm.body_mass), order=1, modes=("fwd", "rev"),
+              eps=1e-6, atol=1e-6, rtol=1e-6)
+
+
+def test_gradient_is_finite_at_rest():
+  _, fm = _models("mjx/pendula")
+  d0 = make_data(fm)
+  grad = jax.jit(jax.grad(lambda qvel: jnp.sum(K.com_vel(fm, K.com_pos(fm, K.kinematics(fm, d0.replace(qvel=qvel)))).cdof_dot ** 2)))
+  assert np.all(np.isfinite(grad(jnp.zeros(fm.nv))))
