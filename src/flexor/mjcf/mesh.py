@@ -1,0 +1,543 @@
+"""Mesh assets: file loaders (STL, OBJ, MSH) and MuJoCo's mesh processing (host side, numpy).
+
+MuJoCo moves every mesh into its own frame when compiling: after ``refpos``/``refquat``/``scale``
+it computes the mesh's centre of mass and principal axes of inertia (per unit density), then
+translates and rotates the vertices so that the mesh frame is that principal frame. A mesh geom's
+compiled ``geom_pos``/``geom_quat`` are its MJCF frame composed with that offset, and its
+``geom_size`` is the half-extent of the processed vertices. This module repeats
+``mjCMesh::Process`` (``src/user/user_mesh.cc``): face areas and centroids, the volume and centre
+of mass of the pyramids from the surface centroid, second moments about the centre of mass,
+principal axes by the compiler's ``mjuu_eig3``, and the equivalent inertia box.
+
+Face sums are accumulated sequentially (``np.cumsum``) and every per-face term is evaluated in
+MuJoCo's operation order, so results match MuJoCo's double-precision computation to rounding.
+The parser reads files and passes bytes; nothing here opens paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import struct
+from typing import Sequence
+
+import numpy as np
+
+from flexor.mjcf import frames, inertia
+
+_MINVAL = 1e-15  # mjMINVAL
+_MESH_EIG_TOL = 1e-7  # mjCMesh::Process stops its Jacobi sweep at 1e-7 of the largest moment
+INERTIA_MODES = ("convex", "exact", "legacy", "shell")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshInfo:
+  """A processed mesh, as MuJoCo's compiler leaves it.
+
+  Attributes:
+    name: the asset's name.
+    vert: (nvert, 3) float64 vertices in the mesh frame (centred at the centre of mass and
+      aligned with the principal axes); MuJoCo's ``mesh_vert`` is ``vert.astype(float32)``.
+    face: (nface, 3) int32 vertex indices as the file gives them (winding reversed by a
+      mirroring scale), or the convex hull's outward triangles for a mesh given without faces
+      (MuJoCo takes qhull's, in another order).
+    pos: (3,) the mesh frame's origin (centre of mass) in the asset's coordinates after
+      refpos/refquat/scale: MuJoCo's mesh offset, composed into mesh geoms' frames.
+    quat: (4,) the mesh frame's orientation (principal axes) in those coordinates.
+    volume: volume, or surface area for ``inertia="shell"``: a mesh geom's mass is density times
+      this.
+    inertia: (3,) principal second moments per unit density (volume * length^2), decreasing.
+    inertia_box: (3,) half-sizes of the box with the same volume-normalized inertia: a mesh
+      geom's inertia is that of this box with the geom's mass (MuJoCo's ``boxsz``).
+    aamm: (6,) axis-aligned bounds of ``vert`` in the mesh frame: (min xyz, max xyz).
+    inertia_mode: the mesh's ``inertia`` attribute.
+  """
+
+  name: str
+  vert: np.ndarray
+  face: np.ndarray
+  pos: np.ndarray
+  quat: np.ndarray
+  volume: float
+  inertia: np.ndarray
+  inertia_box: np.ndarray
+  aamm: np.ndarray
+  inertia_mode: str
+
+
+def parse_stl(data: bytes, name: str = "") -> tuple[np.ndarray, np.ndarray]:
+  """Triangles of an STL file: binary (as MuJoCo reads it) or ASCII (``solid ... facet``).
+
+  MuJoCo 4.0 rejects ASCII STL ("perhaps this is an ASCII file?"); flexor reads it, to the same
+  mesh as the equivalent binary file. A binary file is recognised by its exact size
+  (84 + 50 nface bytes), as MuJoCo checks it.
+
+  Returns:
+    (vert (3 nface, 3) float32, face (nface, 3) int32): three vertices per facet, repeated
+    vertices not yet merged.
+  Raises:
+    ValueError: a malformed file, or more than 200000 or fewer than 1 facets (MuJoCo's limits).
+  """
+  if len(data) >= 84:
+    nface = struct.unpack_from("<i", data, 80)[0]
+    if 0 < nface and len(data) == 84 + 50 * nface:
+      rec = np.frombuffer(data, dtype=np.dtype([("n", "<f4", 3), ("v", "<f4", (3, 3)),
+                                                ("a", "<u2")]), count=nface, offset=84)
+      return _check_stl(rec["v"].reshape(-1, 3).astype(np.float32), name)
+  text = data.decode("ascii", errors="replace")
+  if text.lstrip().startswith("solid"):
+    nums = re.findall(r"^\s*vertex\s+(\S+)\s+(\S+)\s+(\S+)", text, flags=re.MULTILINE)
+    if nums and len(nums) % 3 == 0:
+      try:
+        vert = np.array([[float(x) for x in v] for v in nums], dtype=np.float64)
+      except ValueError:
+        raise ValueError(f"STL mesh '{name}': malformed vertex line") from None
+      return _check_stl(vert.astype(np.float32), name)
+  raise ValueError(f"STL mesh '{name}': neither a binary STL (84-byte header, 50 bytes per "
+                   "facet) nor an ASCII STL with 'vertex' lines")
+
+
+def _check_stl(vert: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+  nface = len(vert) // 3
+  if nface < 1 or nface > 200000:
+    raise ValueError(f"STL mesh '{name}': number of faces should be between 1 and 200000")
+  if np.any(np.abs(vert) > 2.0 ** 30):
+    raise ValueError(f"STL mesh '{name}': vertex exceeds maximum bounds (2^30)")
+  return vert, np.arange(3 * nface, dtype=np.int32).reshape(nface, 3)
+
+
+def parse_obj(data: bytes, name: str = "") -> tuple[np.ndarray, np.ndarray]:
+  """Vertices (``v``) and faces (``f``) of a Wavefront OBJ file; other records are ignored.
+
+  Faces may use ``v``, ``v/vt``, ``v//vn`` or ``v/vt/vn`` and negative (relative) indices.
+  Quads are split along their strictly shorter diagonal (else along vertices 1-3) as
+  tinyobjloader, MuJoCo's OBJ reader, does; larger polygons are fan-triangulated from their
+  first vertex, which agrees with tinyobjloader on the convex polygon tested but may differ on
+  non-convex ones.
+
+  Returns:
+    (vert (nvert, 3) float32, face (nface, 3) int32).
+  Raises:
+    ValueError: malformed records, out-of-range indices or faces with fewer than 3 vertices.
+  """
+  verts: list[list[float]] = []
+  faces: list[list[int]] = []
+  for lineno, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+    tok = line.split()
+    if not tok or tok[0].startswith("#"):
+      continue
+    try:
+      if tok[0] == "v":
+        verts.append([float(x) for x in tok[1:4]])
+        if len(verts[-1]) != 3:
+          raise ValueError
+      elif tok[0] == "f":
+        idx = []
+        for item in tok[1:]:
+          i = int(item.split("/")[0])
+          idx.append(i - 1 if i > 0 else len(verts) + i)
+        if len(idx) < 3 or min(idx) < 0 or max(idx) >= len(verts):
+          raise ValueError
+        faces.extend(_triangulate(idx, verts))
+    except ValueError:
+      raise ValueError(f"OBJ mesh '{name}', line {lineno}: malformed '{tok[0]}' record") from None
+  vert = np.array(verts, dtype=np.float64).reshape(-1, 3).astype(np.float32)
+  return vert, np.array(faces, dtype=np.int32).reshape(-1, 3)
+
+
+def _triangulate(idx: list[int], verts: list[list[float]]) -> list[list[int]]:
+  if len(idx) == 3:
+    return [idx]
+  if len(idx) == 4:
+    # tinyobjloader: split along the strictly shorter diagonal (in float), else along 1-3
+    v = [[np.float32(x) for x in verts[i]] for i in idx]
+    e02 = [v[2][k] - v[0][k] for k in range(3)]
+    e13 = [v[3][k] - v[1][k] for k in range(3)]
+    sqr02 = e02[0] * e02[0] + e02[1] * e02[1] + e02[2] * e02[2]
+    sqr13 = e13[0] * e13[0] + e13[1] * e13[1] + e13[2] * e13[2]
+    if sqr02 < sqr13:
+      return [[idx[0], idx[1], idx[2]], [idx[0], idx[2], idx[3]]]
+    return [[idx[0], idx[1], idx[3]], [idx[1], idx[2], idx[3]]]
+  return [[idx[0], idx[k], idx[k + 1]] for k in range(1, len(idx) - 1)]
+
+
+def parse_msh(data: bytes, name: str = "") -> tuple[np.ndarray, np.ndarray]:
+  """MuJoCo's binary MSH: int32 nvert, nnormal, ntexcoord, nface; then float32 vertices,
+  normals, texcoords and int32 faces.
+
+  Returns:
+    (vert (nvert, 3) float32, face (nface, 3) int32); nface may be 0.
+  Raises:
+    ValueError: bad header sizes or a file size that does not match them.
+  """
+  if len(data) < 16:
+    raise ValueError(f"MSH mesh '{name}': missing header")
+  nv, nn, nt, nf = struct.unpack_from("<4i", data, 0)
+  if nv < 4 or nf < 0 or nn < 0 or nt < 0 or (nn and nn != nv) or (nt and nt != nv):
+    raise ValueError(f"MSH mesh '{name}': invalid sizes in header")
+  if len(data) != 16 + 4 * (3 * nv + 3 * nn + 2 * nt + 3 * nf):
+    raise ValueError(f"MSH mesh '{name}': unexpected file size")
+  vert = np.frombuffer(data, dtype="<f4", count=3 * nv, offset=16).reshape(nv, 3)
+  offset = 16 + 4 * (3 * nv + 3 * nn + 2 * nt)
+  face = np.frombuffer(data, dtype="<i4", count=3 * nf, offset=offset).reshape(nf, 3)
+  if nf and (face.min() < 0 or face.max() >= nv):
+    raise ValueError(f"MSH mesh '{name}': face references a missing vertex")
+  return vert.astype(np.float32), face.astype(np.int32)
+
+
+def _merge_repeated(vert: np.ndarray, face: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """MuJoCo's ProcessVertices with remove_repeated: identical float vertices merged, numbered in
+  order of first appearance (0.0 and -0.0 are the same vertex, the first one seen is kept)."""
+  if not np.all(np.isfinite(vert)):
+    raise ValueError("mesh vertex coordinates must be finite")
+  # adding 0.0 turns -0.0 into 0.0, so equal floats have equal bits
+  bits = np.ascontiguousarray(vert + np.float32(0.0)).view(np.uint32)
+  order = np.lexsort((bits[:, 2], bits[:, 1], bits[:, 0]))  # stable: first occurrence leads
+  sorted_bits = bits[order]
+  starts = np.ones(len(order), dtype=bool)
+  starts[1:] = np.any(sorted_bits[1:] != sorted_bits[:-1], axis=1)
+  group = np.empty(len(order), dtype=np.int64)
+  group[order] = np.cumsum(starts) - 1
+  first = order[starts]
+  rank = np.empty(len(first), dtype=np.int32)
+  rank[np.argsort(first, kind="stable")] = np.arange(len(first), dtype=np.int32)
+  return vert[np.sort(first)], rank[group][face]
+
+
+def _triangles(a: np.ndarray, b: np.ndarray, c: np.ndarray):
+  """MuJoCo's triangle(): (area (n,), unit normal (n, 3), centroid (n, 3)) of triangles a, b, c.
+
+  Degenerate faces (normal shorter than 1e-15) have area 0 and keep their unnormalized normal.
+  """
+  center = np.stack([(a[:, k] + b[:, k] + c[:, k]) / 3 for k in range(3)], axis=1)
+  e1, e2 = b - a, c - a
+  n = np.stack([e1[:, 1] * e2[:, 2] - e1[:, 2] * e2[:, 1],
+                e1[:, 2] * e2[:, 0] - e1[:, 0] * e2[:, 2],
+                e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0]], axis=1)
+  length = np.sqrt(n[:, 0] * n[:, 0] + n[:, 1] * n[:, 1] + n[:, 2] * n[:, 2])
+  small = length < _MINVAL
+  safe = np.where(small, 1.0, length)
+  normal = np.where(small[:, None], n, n / safe[:, None])
+  return np.where(small, 0.0, 0.5 * length), normal, center
+
+
+def _seqsum(x: np.ndarray) -> np.ndarray:
+  """Sequential (C loop order) sum over the first axis."""
+  return np.cumsum(x, axis=0)[-1] if len(x) else np.zeros(x.shape[1:])
+
+
+def _transform(vert: np.ndarray, refpos: Sequence[float], refquat: Sequence[float],
+               scale: Sequence[float]) -> np.ndarray:
+  """ApplyTransformations: subtract refpos, rotate into refquat's frame, then scale."""
+  v = vert.copy()
+  if any(float(p) != 0 for p in refpos):
+    v = v - np.asarray(refpos, dtype=np.float64)
+  q = [float(x) for x in refquat]
+  if q != [1.0, 0.0, 0.0, 0.0]:
+    m = frames.quat2mat(frames.normvec(q)[0])
+    v = np.stack([m[0] * v[:, 0] + m[3] * v[:, 1] + m[6] * v[:, 2],
+                  m[1] * v[:, 0] + m[4] * v[:, 1] + m[7] * v[:, 2],
+                  m[2] * v[:, 0] + m[5] * v[:, 1] + m[8] * v[:, 2]], axis=1)
+  if any(float(s) != 1 for s in scale):
+    v = v * np.asarray(scale, dtype=np.float64)
+  return v
+
+
+def load_mesh(data: bytes, name: str, *, content_type: str | None = None,
+              scale: Sequence[float] = (1.0, 1.0, 1.0),
+              refpos: Sequence[float] = (0.0, 0.0, 0.0),
+              refquat: Sequence[float] = (1.0, 0.0, 0.0, 0.0),
+              inertia_mode: str = "legacy") -> MeshInfo:
+  """Loads and processes a mesh file as MuJoCo's compiler does (mjCMesh::Compile).
+
+  Args:
+    data: the file's bytes.
+    name: the asset name (for messages) or file name; its extension picks the format unless
+      ``content_type`` is given.
+    content_type: ``model/stl``, ``model/obj`` or ``model/vnd.mujoco.msh``.
+    scale: (3,) the mesh's ``scale``; a negative product mirrors the mesh and flips the faces'
+      winding, as MuJoCo does.
+    refpos: (3,) ``refpos``, subtracted from the vertices before rotation and scaling.
+    refquat: (4,) ``refquat``; vertices are expressed in this frame.
+    inertia_mode: the mesh's ``inertia`` attribute; MuJoCo 4.0's default is ``legacy`` (every
+      pyramid counted with positive volume). ``exact`` uses signed volumes, ``shell`` puts the
+      mass on the surface, ``convex`` takes the inertia of the convex hull (see
+      :func:`convex_hull`).
+  Returns:
+    The processed :class:`MeshInfo`.
+  Raises:
+    ValueError: an unknown format or mode, a malformed file, or a mesh MuJoCo rejects (fewer
+      than 4 vertices, too small area or volume, non-physical inertia, a flat point cloud).
+  """
+  kind = content_type or {".stl": "model/stl", ".obj": "model/obj",
+                          ".msh": "model/vnd.mujoco.msh"}.get(name[name.rfind("."):].lower())
+  if kind == "model/stl":
+    vert, face = parse_stl(data, name)
+    vert, face = _merge_repeated(vert, face)
+  elif kind == "model/obj":
+    vert, face = parse_obj(data, name)
+  elif kind == "model/vnd.mujoco.msh":
+    vert, face = parse_msh(data, name)
+  else:
+    raise ValueError(f"mesh '{name}': unknown or unsupported mesh file type; expected .stl, "
+                     ".obj or .msh (or content_type)")
+  return process_mesh(vert, face, name, scale=scale, refpos=refpos, refquat=refquat,
+                      inertia_mode=inertia_mode)
+
+
+def process_mesh(vert: np.ndarray, face: np.ndarray, name: str, *,
+                 scale: Sequence[float] = (1.0, 1.0, 1.0),
+                 refpos: Sequence[float] = (0.0, 0.0, 0.0),
+                 refquat: Sequence[float] = (1.0, 0.0, 0.0, 0.0),
+                 inertia_mode: str = "legacy") -> MeshInfo:
+  """mjCMesh::Process for vertices (nvert, 3) (float32 as stored, or as given in ``<mesh
+  vertex>``) and faces (nface, 3); arguments as :func:`load_mesh`."""
+  if inertia_mode not in INERTIA_MODES:
+    raise ValueError(f"mesh '{name}': inertia must be one of {INERTIA_MODES}")
+  vert = np.asarray(vert, dtype=np.float32).astype(np.float64).reshape(-1, 3)
+  face = np.asarray(face, dtype=np.int32).reshape(-1, 3).copy()
+  if len(vert) < 4:
+    raise ValueError(f"mesh '{name}': at least 4 vertices required")
+  if not np.all(np.isfinite(vert)):
+    raise ValueError(f"mesh '{name}': vertex coordinates must be finite")
+  if len(face) and (face.min() < 0 or face.max() >= len(vert)):
+    raise ValueError(f"mesh '{name}': a face references a missing vertex")
+  if float(scale[0]) * float(scale[1]) * float(scale[2]) <= 0:
+    face = face[:, [0, 2, 1]]
+  vert = _transform(vert, refpos, refquat, scale)
+  hull = convex_hull(vert, name) if inertia_mode == "convex" or not len(face) else None
+  if not len(face):  # a point cloud: MuJoCo takes the hull's triangles as the mesh's faces
+    face = hull
+  a, b, c = vert[face[:, 0]], vert[face[:, 1]], vert[face[:, 2]]
+  if inertia_mode == "exact":
+    _check_orientation(face, a, b, c, name)
+
+  area, normal, center = _triangles(a, b, c)
+  total_area = _seqsum(area)
+  if total_area < _MINVAL:
+    raise ValueError(f"mesh '{name}': mesh surface area is too small")
+  facecen = _seqsum(area[:, None] * center) / total_area
+
+  # volume and centre of mass of the pyramids from the surface centroid, over the hull's
+  # triangles for convex inertia
+  if inertia_mode == "convex":
+    a, b, c = vert[hull[:, 0]], vert[hull[:, 1]], vert[hull[:, 2]]
+    area, normal, center = _triangles(a, b, c)
+  if inertia_mode == "shell":
+    weight = area
+  else:
+    d = center - facecen
+    weight = (d[:, 0] * normal[:, 0] + d[:, 1] * normal[:, 1] + d[:, 2] * normal[:, 2]) * area / 3
+    if inertia_mode == "legacy":
+      weight = np.abs(weight)
+  total = _seqsum(weight)
+  if total < _MINVAL:
+    if inertia_mode == "shell":
+      raise ValueError(f"mesh '{name}': mesh surface area is too small")
+    if total < 0:
+      raise ValueError(f"mesh '{name}': mesh volume is negative (misoriented triangles)")
+    raise ValueError(f"mesh '{name}': mesh volume is too small; try inertia=\"shell\"")
+  com = _seqsum(weight[:, None] * (center * 3.0 / 4.0 + facecen / 4.0)) / total
+
+  volume, second = _second_moments(vert - com, hull if inertia_mode == "convex" else face,
+                                   inertia_mode)
+  ev, quat = inertia.eig3([second[0], second[3], second[4], second[3], second[1], second[5],
+                           second[4], second[5], second[2]], tol=_MESH_EIG_TOL)
+  if ev[2] <= 0:
+    raise ValueError(f"mesh '{name}': eigenvalue of mesh inertia must be positive")
+  atol, rtol = 1e-9, 1e-6
+  if (ev[0] + ev[1] < ev[2] * (1.0 - rtol) - atol or ev[0] + ev[2] < ev[1] * (1.0 - rtol) - atol
+      or ev[1] + ev[2] < ev[0] * (1.0 - rtol) - atol):
+    raise ValueError(f"mesh '{name}': eigenvalues of mesh inertia violate A + B >= C")
+  box = np.array([0.5 * np.sqrt(6 * (ev[1] + ev[2] - ev[0]) / volume),
+                  0.5 * np.sqrt(6 * (ev[0] + ev[2] - ev[1]) / volume),
+                  0.5 * np.sqrt(6 * (ev[0] + ev[1] - ev[2]) / volume)])
+
+  # MuJoCo's Rotate: vertices times the matrix of the inverse rotation
+  m = frames.quat2mat([quat[0], -quat[1], -quat[2], -quat[3]])
+  v = vert - com
+  v = np.stack([m[0] * v[:, 0] + m[1] * v[:, 1] + m[2] * v[:, 2],
+                m[3] * v[:, 0] + m[4] * v[:, 1] + m[5] * v[:, 2],
+                m[6] * v[:, 0] + m[7] * v[:, 1] + m[8] * v[:, 2]], axis=1)
+  aamm = np.concatenate([np.minimum(v.min(axis=0), 1e10), np.maximum(v.max(axis=0), -1e10)])
+  return MeshInfo(name=name, vert=v, face=face, pos=np.asarray(com, dtype=np.float64),
+                  quat=np.asarray(quat), volume=float(volume), inertia=np.asarray(ev),
+                  inertia_box=box, aamm=aamm, inertia_mode=inertia_mode)
+
+
+def convex_hull(vert: np.ndarray, name: str = "") -> np.ndarray:
+  """Outward-oriented triangles (nface, 3) of the convex hull of points (nvert, 3).
+
+  MuJoCo asks qhull for the triangulated hull; the integrals computed over it (volume, centre
+  of mass, second moments) do not depend on how coplanar facets are split, so this quickhull
+  gives the same inertia up to rounding, though not qhull's face order. Points within 1e-10 of
+  the points' extent of a facet plane count as inside, as qhull merges them.
+
+  Raises:
+    ValueError: fewer than 4 points or all points (nearly) in one plane.
+  """
+  v = np.asarray(vert, dtype=np.float64)
+  if len(v) < 4:
+    raise ValueError(f"mesh '{name}': the convex hull needs at least 4 points")
+  eps = 1e-10 * max(float(np.max(np.abs(v))), _MINVAL)
+  i0 = int(np.argmin(v[:, 0]))
+  i1 = int(np.argmax(np.sum((v - v[i0]) ** 2, axis=1)))
+  i2 = int(np.argmax(np.sum(np.cross(v - v[i0], v[i1] - v[i0]) ** 2, axis=1)))
+  n = np.cross(v[i1] - v[i0], v[i2] - v[i0])
+  dist = (v - v[i0]) @ n
+  i3 = int(np.argmax(np.abs(dist)))
+  if not abs(dist[i3]) > eps * np.linalg.norm(n):
+    raise ValueError(f"mesh '{name}': the points are flat; their convex hull has no volume")
+  hull = _Hull(v, eps)
+  first = [(i0, i1, i2), (i0, i3, i1), (i1, i3, i2), (i2, i3, i0)]
+  ids = hull.add([f if dist[i3] < 0 else (f[0], f[2], f[1]) for f in first])
+  stack = hull.assign(np.setdiff1d(np.arange(len(v)), [i0, i1, i2, i3]), ids)
+  while stack:
+    f = stack.pop()
+    if not hull.alive[f] or not len(hull.outside[f]):
+      continue
+    pts = hull.outside[f]
+    p = int(pts[np.argmax(v[pts] @ hull.normal[f])])
+    seen, horizon = hull.visible(f, v[p])
+    orphans = np.concatenate([hull.outside[i] for i in seen])
+    for i in seen:
+      hull.remove(i)
+    new = hull.add([(a, b, p) for a, b in horizon])
+    stack += hull.assign(orphans[orphans != p], new)
+  return hull.face[np.flatnonzero(hull.alive[:hull.count])].astype(np.int32)
+
+
+class _Hull:
+  """Facets of a growing convex hull: vertex ids, outward normals, plane offsets, tolerances,
+  the points each facet sees (its conflict list) and which facet owns each directed edge."""
+
+  def __init__(self, v: np.ndarray, eps: float):
+    self.v, self.eps, self.count = v, eps, 0
+    self.edge: dict[tuple[int, int], int] = {}
+    cap = 4 * len(v) + 16
+    self.face = np.zeros((cap, 3), dtype=np.int64)
+    self.normal = np.zeros((cap, 3))
+    self.offset = np.zeros(cap)
+    self.slack = np.zeros(cap)
+    self.alive = np.zeros(cap, dtype=bool)
+    self.outside: list[np.ndarray] = []
+
+  def add(self, tris: list[tuple[int, int, int]]) -> list[int]:
+    """Appends facets (a, b, c), counter-clockwise seen from outside; returns their ids."""
+    while self.count + len(tris) > len(self.face):
+      for field in ("face", "normal", "offset", "slack", "alive"):
+        old = getattr(self, field)
+        setattr(self, field, np.concatenate([old, np.zeros_like(old)]))
+    t = np.asarray(tris, dtype=np.int64).reshape(-1, 3)
+    a, b, c = self.v[t[:, 0]], self.v[t[:, 1]], self.v[t[:, 2]]
+    n = np.cross(b - a, c - a)
+    ids = list(range(self.count, self.count + len(t)))
+    self.face[ids], self.normal[ids] = t, n
+    self.offset[ids] = np.einsum("ij,ij->i", n, a)
+    self.slack[ids] = self.eps * np.sqrt(np.einsum("ij,ij->i", n, n))
+    self.alive[ids] = True
+    for i, (x, y, z) in zip(ids, tris):
+      self.outside.append(np.zeros(0, dtype=np.int64))
+      self.edge.update({(x, y): i, (y, z): i, (z, x): i})
+    self.count += len(t)
+    return ids
+
+  def remove(self, i: int) -> None:
+    a, b, c = (int(x) for x in self.face[i])
+    for e in ((a, b), (b, c), (c, a)):
+      if self.edge.get(e) == i:
+        del self.edge[e]
+    self.alive[i] = False
+    self.outside[i] = np.zeros(0, dtype=np.int64)
+
+  def visible(self, f: int, point: np.ndarray) -> tuple[list[int], list[tuple[int, int]]]:
+    """The facets ``point`` sees, grown from facet ``f`` across edges so that they stay
+    connected, and their horizon: the directed edges (in order of discovery) whose facet
+    across is not seen."""
+    seen, horizon, todo, done = [f], [], [f], {f}
+    while todo:
+      i = todo.pop()
+      a, b, c = (int(x) for x in self.face[i])
+      for e in ((a, b), (b, c), (c, a)):
+        j = self.edge[(e[1], e[0])]
+        if j in done:
+          continue
+        if point @ self.normal[j] - self.offset[j] > self.slack[j]:
+          done.add(j)
+          seen.append(j)
+          todo.append(j)
+        else:
+          horizon.append(e)
+    return seen, horizon
+
+  def assign(self, pts: np.ndarray, ids: list[int]) -> list[int]:
+    """Gives each point to the facet among ``ids`` it is farthest above and returns the facets
+    that got points; points above none of them are inside the hull and dropped."""
+    if not len(pts) or not ids:
+      return []
+    rows = np.asarray(ids)
+    height = self.v[pts] @ self.normal[rows].T - self.offset[rows] - self.slack[rows]
+    best = np.argmax(height, axis=1)
+    above = height[np.arange(len(pts)), best] > 0
+    busy = []
+    for k, i in enumerate(ids):
+      mine = pts[above & (best == k)]
+      if len(mine):
+        self.outside[i] = mine
+        busy.append(i)
+    return busy
+
+
+def _second_moments(v: np.ndarray, face: np.ndarray, mode: str) -> tuple[float, list[float]]:
+  """ComputeInertia: (volume or area, inertia (xx yy zz xy xz yz) per unit density) about the
+  origin of the centred vertices ``v``."""
+  d, e, f = v[face[:, 0]], v[face[:, 1]], v[face[:, 2]]
+  area, normal, center = _triangles(d, e, f)
+  if mode == "shell":
+    w = area
+  else:
+    w = (center[:, 0] * normal[:, 0] + center[:, 1] * normal[:, 1]
+         + center[:, 2] * normal[:, 2]) * area / 3
+    if mode == "legacy":
+      w = np.abs(w)
+  const = 12 if mode == "shell" else 20
+  terms = []
+  for i, j in ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)):
+    s = (2 * (d[:, i] * d[:, j] + e[:, i] * e[:, j] + f[:, i] * f[:, j])
+         + d[:, i] * e[:, j] + d[:, j] * e[:, i] + d[:, i] * f[:, j] + d[:, j] * f[:, i]
+         + e[:, i] * f[:, j] + e[:, j] * f[:, i])
+    terms.append(w / const * s)
+  p = _seqsum(np.stack(terms, axis=1))
+  return float(_seqsum(w)), [p[1] + p[2], p[0] + p[2], p[0] + p[1], -p[3], -p[4], -p[5]]
+
+
+def _check_orientation(face: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                       name: str) -> None:
+  """``exact`` inertia needs consistently oriented faces: no directed edge may appear twice."""
+  area = _triangles(a, b, c)[0]
+  keep = face[area > np.sqrt(_MINVAL)]
+  edges = np.concatenate([keep[:, [0, 1]], keep[:, [1, 2]], keep[:, [2, 0]]])
+  uniq, counts = np.unique(edges, axis=0, return_counts=True)
+  if np.any(counts > 1):
+    v0, v1 = uniq[np.argmax(counts > 1)]
+    raise ValueError(f"mesh '{name}': faces have inconsistent orientation; check the faces "
+                     f"containing the vertices {v0 + 1} and {v1 + 1}")
+
+
+def mesh_geom(geom_pos: Sequence[float], geom_quat: Sequence[float],
+              info: MeshInfo) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Compiled frame and size of a mesh geom.
+
+  Args:
+    geom_pos: (3,) the geom's position in its body, from the MJCF.
+    geom_quat: (4,) the geom's resolved orientation.
+    info: its mesh.
+  Returns:
+    geom_pos (3,), geom_quat (4,): the MJCF frame composed with the mesh frame offset
+    (``info.pos``, ``info.quat``); geom_size (3,): the largest absolute vertex coordinate per
+    mesh axis, as MuJoCo stores it for mesh geoms.
+  """
+  pos, quat = frames.frame_accum(geom_pos, geom_quat, info.pos, info.quat)
+  a = info.aamm
+  size = np.array([max(abs(float(a[i])), abs(float(a[i + 3]))) for i in range(3)])
+  return pos, quat, size

@@ -1,0 +1,318 @@
+"""Mesh loading and processing, mesh geoms and mesh-derived inertia against MuJoCo's compiler.
+
+References: dm_control's ``dog.xml`` (162 mesh geoms from binary STL files) and MJX's
+``convex.xml`` (scaled STL meshes), plus small synthetic OBJ, MSH and STL meshes passed to MuJoCo
+as in-memory assets. Vertices are compared as MuJoCo stores them (float32), frames and inertias
+in float64.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+
+import mujoco
+import numpy as np
+import pytest
+
+from flexor.mjcf import frames, inertia, mesh
+from flexor.types import GeomType
+
+import support
+
+# The compiler arithmetic is repeated operation by operation, so the expected error is 0; this
+# bound leaves room for one rounding in a differently ordered libm or summation.
+TOL = 1e-12
+# Convex-hull inertia sums over flexor's hull triangles, not qhull's: moments agree to rounding,
+# and mjuu_eig3's early stop (off-diagonal below 1e-7 of the largest moment) can turn that
+# rounding into ~1e-10 in the mesh's principal axes (measured up to 2.5e-10 on dog.xml).
+CONVEX_TOL = 1e-9
+
+_DOG = os.path.join(support._suite_dir(), "dog.xml")  # pylint: disable=protected-access
+_CONVEX = os.path.join(support.SHARED_CORPUS, "mjx_test_data", "convex.xml")
+_INERTIA = {mujoco.mjtMeshInertia.mjMESH_INERTIA_LEGACY: "legacy",
+            mujoco.mjtMeshInertia.mjMESH_INERTIA_EXACT: "exact",
+            mujoco.mjtMeshInertia.mjMESH_INERTIA_SHELL: "shell",
+            mujoco.mjtMeshInertia.mjMESH_INERTIA_CONVEX: "convex"}
+
+
+def _err(a, b) -> float:
+  a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+  return float(np.max(np.abs(a - b) / (1 + np.abs(b)))) if a.size else 0.0
+
+
+def _load_spec_meshes(path: str, spec: mujoco.MjSpec) -> dict[str, mesh.MeshInfo]:
+  meshdir = os.path.join(os.path.dirname(path), spec.meshdir)
+  infos = {}
+  for m in spec.meshes:
+    with open(os.path.join(meshdir, m.file), "rb") as f:
+      data = f.read()
+    infos[m.name] = mesh.load_mesh(data, m.file, scale=m.scale, refpos=m.refpos,
+                                   refquat=m.refquat, inertia_mode=_INERTIA[m.inertia])
+  return infos
+
+
+def _geom_frame(spec: mujoco.MjSpec, g) -> tuple[np.ndarray, np.ndarray]:
+  """The geom's MJCF pos and resolved orientation, before any mesh offset."""
+  kind = {mujoco.mjtOrientation.mjORIENTATION_QUAT: ("quat", g.quat),
+          mujoco.mjtOrientation.mjORIENTATION_EULER: ("euler", g.alt.euler),
+          mujoco.mjtOrientation.mjORIENTATION_AXISANGLE: ("axisangle", g.alt.axisangle),
+          mujoco.mjtOrientation.mjORIENTATION_XYAXES: ("xyaxes", g.alt.xyaxes),
+          mujoco.mjtOrientation.mjORIENTATION_ZAXIS: ("zaxis", g.alt.zaxis)}[g.alt.type]
+  seq = "".join(spec.compiler.eulerseq)
+  quat = frames.orient_quat(kind[0], kind[1], degrees=bool(spec.compiler.degree), eulerseq=seq)
+  return np.array(g.pos), quat
+
+
+def _compiled_geoms(spec, model, infos):
+  """Per geom: (pos, quat, size, mass, inertia) from flexor's functions."""
+  out = []
+  for g in spec.geoms:
+    pos, quat = _geom_frame(spec, g)
+    gtype, size, info = int(g.type), np.array(g.size), None
+    if gtype == GeomType.MESH:
+      info = infos[g.meshname]
+      pos, quat, size = mesh.mesh_geom(pos, quat, info)
+    elif not math.isnan(g.fromto[0]):
+      pos, quat, size = inertia.geom_fromto(gtype, g.fromto, size)
+    mass = None if math.isnan(g.mass) else g.mass
+    gm, gi = inertia.geom_mass_inertia(
+        gtype, size, density=g.density, mass=mass,
+        shellinertia=g.typeinertia == mujoco.mjtGeomInertia.mjINERTIA_SHELL, mesh=info)
+    out.append((pos, quat, size, gm, gi, inertia.geom_rbound(gtype, size, info)))
+  return out
+
+
+@pytest.mark.parametrize("path", [_DOG, _CONVEX], ids=["dog", "convex"])
+def test_reference_models(path):
+  if not os.path.exists(path):
+    pytest.skip(f"{path} not present")
+  spec = mujoco.MjSpec.from_file(path)
+  # every body's inertia from its geoms, so that mesh masses and inertias are checked too
+  spec.compiler.inertiafromgeom = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_TRUE
+  model = spec.compile()
+  infos = _load_spec_meshes(path, spec)
+
+  for i in range(model.nmesh):
+    info = infos[model.mesh(i).name]
+    adr, num = model.mesh_vertadr[i], model.mesh_vertnum[i]
+    np.testing.assert_array_equal(info.vert.astype(np.float32), model.mesh_vert[adr:adr + num])
+    fadr, fnum = model.mesh_faceadr[i], model.mesh_facenum[i]
+    np.testing.assert_array_equal(info.face, model.mesh_face[fadr:fadr + fnum])
+    assert _err(info.pos, model.mesh_pos[i]) <= TOL
+    assert _err(info.quat, model.mesh_quat[i]) <= TOL
+
+  geoms = _compiled_geoms(spec, model, infos)
+  nmesh_geoms = 0
+  for gid, (pos, quat, size, _, _, rbound) in enumerate(geoms):
+    name = model.geom(gid).name
+    nmesh_geoms += model.geom_type[gid] == GeomType.MESH
+    assert _err(pos, model.geom_pos[gid]) <= TOL, name
+    assert _err(quat, model.geom_quat[gid]) <= TOL, name
+    assert _err(size, model.geom_size[gid]) <= TOL, name
+    assert _err(rbound, model.geom_rbound[gid]) <= TOL, name
+  assert nmesh_geoms == {_DOG: 162, _CONVEX: 3}[path]
+
+  lo, hi = spec.compiler.inertiagrouprange
+  for b in range(1, model.nbody):
+    sel = [g for g in range(model.ngeom)
+           if model.geom_bodyid[g] == b and lo <= model.geom_group[g] <= hi]
+    if not sel:
+      continue
+    mass, ipos, iquat, inert = inertia.body_inertial(
+        [geoms[g][3] for g in sel], np.array([geoms[g][4] for g in sel]),
+        np.array([geoms[g][0] for g in sel]), np.array([geoms[g][1] for g in sel]))
+    name = model.body(b).name
+    assert _err(mass, model.body_mass[b]) <= TOL, name
+    assert _err(ipos, model.body_ipos[b]) <= TOL, name
+    assert _err(iquat, model.body_iquat[b]) <= TOL, name
+    assert _err(inert, model.body_inertia[b]) <= TOL, name
+
+
+# ----------------------------------------------------------------------------- synthetic meshes
+
+_CUBE_OBJ = b"""# unit cube: quads, an unused repeated vertex, texture coordinates, relative indices
+v 0 0 0
+v 1 0 0
+v 1 1 0
+v 0 1 0
+v 0 0 1
+v 1 0 1
+v 1 1 1
+v 0 1 1
+v 0 0 0
+vt 0 0
+f 1/1 4/1 3/1 2/1
+f 5/1 6/1 7/1 8/1
+f 1/1 2/1 6/1 5/1
+f 2/1 3/1 7/1 6/1
+f 3/1 4/1 8/1 7/1
+f -6/1 -9/1 -5/1 -2/1
+"""
+
+# a hexagonal pyramid, base given as one polygon; apex off-centre
+_HEX_OBJ = (b"v 0 0 0\nv 2 0 0\nv 3 1 0\nv 2 2 0\nv 0 2 0\nv -1 1 0\nv 1.3 .7 2\n"
+            b"f 6 5 4 3 2 1\nf 1 2 7\nf 2 3 7\nf 3 4 7\nf 4 5 7\nf 5 6 7\nf 6 1 7\n")
+
+# a wedge whose slanted quad is not planar: its diagonal choice matters
+_SKEW_OBJ = (b"v 0 0 0\nv 2 0 0\nv 2 1 0\nv 0 1 0\nv 0 0 1\nv 2 0 1.5\nv 2 1 .7\nv 0 1 1\n"
+             b"f 1 4 3 2\nf 5 6 7 8\nf 1 2 6 5\nf 2 3 7 6\nf 3 4 8 7\nf 4 1 5 8\n")
+
+
+def _tetra_stl() -> bytes:
+  tris = [((0, 0, 0), (0, 1, 0), (1, 0, 0)), ((0, 0, 0), (1, 0, 0), (0, 0, 1.5)),
+          ((0, 0, 0), (0, 0, 1.5), (0, 1, 0)), ((1, 0, 0), (0, 1, 0), (0, 0, 1.5))]
+  body = b"".join(struct.pack("<3f", 0, 0, 0) + b"".join(struct.pack("<3f", *v) for v in t)
+                  + b"\0\0" for t in tris)
+  return b"\0" * 80 + struct.pack("<i", len(tris)) + body
+
+
+def _octa_msh() -> bytes:
+  vert = np.array([[1, 0, 0], [-1, 0, 0], [0, 2, 0], [0, -2, 0], [0, 0, 3], [0, 0, -3]],
+                  dtype="<f4")
+  face = np.array([[0, 2, 4], [2, 1, 4], [1, 3, 4], [3, 0, 4], [2, 0, 5], [1, 2, 5], [3, 1, 5],
+                   [0, 3, 5]], dtype="<i4")
+  return struct.pack("<4i", len(vert), 0, 0, len(face)) + vert.tobytes() + face.tobytes()
+
+
+def _ascii(tris) -> bytes:
+  out = b"solid t\n"
+  for t in tris:
+    out += b"facet normal 0 0 0\n outer loop\n"
+    out += b"".join(b"  vertex %r %r %r\n" % tuple(float(x) for x in v) for v in t)
+    out += b" endloop\nendfacet\n"
+  return out + b"endsolid t\n"
+
+
+_MESHES = {"cube.obj": _CUBE_OBJ, "hex.obj": _HEX_OBJ, "skew.obj": _SKEW_OBJ,
+           "tetra.stl": _tetra_stl(), "octa.msh": _octa_msh()}
+_OPTIONS = [
+    {},
+    {"scale": (0.5, 2.0, 1.5)},
+    {"scale": (-1.0, 1.0, 1.0)},
+    {"scale": (-0.3, -0.4, -0.5)},
+    {"refpos": (0.1, 0.2, -0.3), "refquat": (0.9, 0.1, -0.3, 0.2)},
+    {"inertia_mode": "exact"},
+    {"inertia_mode": "shell"},
+    {"inertia_mode": "shell", "scale": (2.0, 1.0, 0.5)},
+]
+
+
+@pytest.mark.parametrize("options", _OPTIONS, ids=lambda o: ",".join(o) or "default")
+@pytest.mark.parametrize("fname", sorted(_MESHES))
+def test_synthetic_meshes(fname, options):
+  attrs = " ".join(f"{k if k != 'inertia_mode' else 'inertia'}="
+                   f"'{v if isinstance(v, str) else ' '.join(map(repr, v))}'"
+                   for k, v in options.items())
+  xml = (f"<mujoco><asset><mesh name='m' file='{fname}' {attrs}/></asset><worldbody>"
+         "<body pos='1 2 3'><geom type='mesh' mesh='m' pos='.1 .2 .3' euler='10 20 30' "
+         "density='700'/></body></worldbody></mujoco>")
+  try:
+    model = mujoco.MjModel.from_xml_string(xml, assets={fname: _MESHES[fname]})
+  except ValueError as e:
+    with pytest.raises(ValueError):
+      mesh.load_mesh(_MESHES[fname], fname, **options)
+    pytest.skip(f"MuJoCo rejects it too: {e}")
+  info = mesh.load_mesh(_MESHES[fname], fname, **options)
+  np.testing.assert_array_equal(info.vert.astype(np.float32), model.mesh_vert)
+  np.testing.assert_array_equal(info.face, model.mesh_face)
+  assert _err(info.pos, model.mesh_pos[0]) <= TOL
+  assert _err(info.quat, model.mesh_quat[0]) <= TOL
+  quat = frames.orient_quat("euler", (10, 20, 30), degrees=True, eulerseq="xyz")
+  pos, quat, size = mesh.mesh_geom((0.1, 0.2, 0.3), quat, info)
+  assert _err(pos, model.geom_pos[0]) <= TOL
+  assert _err(quat, model.geom_quat[0]) <= TOL
+  assert _err(size, model.geom_size[0]) <= TOL
+  assert _err(inertia.geom_rbound(GeomType.MESH, size, info), model.geom_rbound[0]) <= TOL
+  gm, gi = inertia.geom_mass_inertia(GeomType.MESH, size, density=700, mesh=info)
+  assert _err(gm, model.body_mass[1]) <= TOL
+  assert _err(gi, model.body_inertia[1]) <= TOL
+  assert _err(pos, model.body_ipos[1]) <= TOL
+  assert _err(quat, model.body_iquat[1]) <= TOL
+
+
+def test_ascii_stl_matches_binary():
+  """MuJoCo reads only binary STL; flexor also reads ASCII STL, to the same mesh."""
+  tris = [((0, 0, 0), (0, 1, 0), (1, 0, 0)), ((0, 0, 0), (1, 0, 0), (0, 0, 1.5)),
+          ((0, 0, 0), (0, 0, 1.5), (0, 1, 0)), ((1, 0, 0), (0, 1, 0), (0, 0, 1.5))]
+  a = mesh.load_mesh(_ascii(tris), "t.stl")
+  b = mesh.load_mesh(_tetra_stl(), "t.stl")
+  np.testing.assert_array_equal(a.vert, b.vert)
+  np.testing.assert_array_equal(a.face, b.face)
+  assert a.volume == b.volume
+
+
+@pytest.mark.parametrize("data,name", [
+    (b"", "e.stl"), (b"\0" * 84, "z.stl"), (b"v 0 0 0\nf 1 2 3\n", "bad.obj"),
+    (b"v 0 0\n", "bad.obj"), (struct.pack("<4i", 2, 0, 0, 0), "bad.msh"), (b"x", "m.ply"),
+    (b"v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\n", "flat.obj"),
+])
+def test_bad_meshes(data, name):
+  with pytest.raises(ValueError):
+    mesh.load_mesh(data, name)
+
+
+def test_unknown_mode():
+  with pytest.raises(ValueError):
+    mesh.load_mesh(_CUBE_OBJ, "c.obj", inertia_mode="bogus")
+
+
+# a cube whose top face is pushed in: not convex, so its hull differs from its surface
+_DENT_OBJ = (b"v 0 0 0\nv 1 0 0\nv 1 1 0\nv 0 1 0\nv 0 0 1\nv 1 0 1\nv 1 1 1\nv 0 1 1\n"
+             b"v .5 .5 .3\nf 1 4 3 2\nf 1 2 6 5\nf 2 3 7 6\nf 3 4 8 7\nf 4 1 5 8\n"
+             b"f 5 6 9\nf 6 7 9\nf 7 8 9\nf 8 5 9\n")
+
+
+def _mesh_case(xml_mesh: str, assets: dict[str, bytes]):
+  xml = (f"<mujoco><asset>{xml_mesh}</asset><worldbody><body><geom type='mesh' mesh='m' "
+         "density='700'/></body></worldbody></mujoco>")
+  return mujoco.MjModel.from_xml_string(xml, assets=assets)
+
+
+@pytest.mark.parametrize("fname", sorted(_MESHES) + ["dent.obj"])
+@pytest.mark.parametrize("scale", [(1.0, 1.0, 1.0), (0.5, 2.0, 1.5)])
+def test_convex_inertia(fname, scale):
+  data = _DENT_OBJ if fname == "dent.obj" else _MESHES[fname]
+  model = _mesh_case(f"<mesh name='m' file='{fname}' inertia='convex' "
+                     f"scale='{' '.join(map(repr, scale))}'/>", {fname: data})
+  info = mesh.load_mesh(data, fname, scale=scale, inertia_mode="convex")
+  assert _err(info.pos, model.mesh_pos[0]) <= CONVEX_TOL
+  assert _err(info.quat, model.mesh_quat[0]) <= CONVEX_TOL
+  # the frame's rounding can flip the last float32 bit of a vertex
+  np.testing.assert_allclose(info.vert.astype(np.float32), model.mesh_vert, rtol=0, atol=1e-6)
+  gm, gi = inertia.geom_mass_inertia(GeomType.MESH, model.geom_size[0], density=700, mesh=info)
+  assert _err(gm, model.body_mass[1]) <= TOL
+  assert _err(gi, model.body_inertia[1]) <= CONVEX_TOL
+  if fname == "dent.obj":  # the hull is heavier than the dented cube
+    assert info.volume > mesh.load_mesh(data, fname, scale=scale).volume
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_point_cloud_meshes(seed):
+  """A mesh given only by vertices takes its convex hull as faces (MuJoCo: qhull's)."""
+  pts = np.random.default_rng(seed).normal(size=(4 + 7 * seed, 3)).astype(np.float32)
+  model = _mesh_case(f"<mesh name='m' vertex='{' '.join(repr(float(x)) for x in pts.ravel())}'/>",
+                     {})
+  info = mesh.process_mesh(pts, np.zeros((0, 3), dtype=np.int32), "m")
+  assert len(info.face) == model.mesh_facenum[0]
+  np.testing.assert_allclose(info.vert.astype(np.float32), model.mesh_vert, rtol=0, atol=1e-6)
+  assert _err(info.pos, model.mesh_pos[0]) <= CONVEX_TOL
+  assert _err(info.quat, model.mesh_quat[0]) <= CONVEX_TOL
+  assert _err(info.volume * 700, model.body_mass[1]) <= TOL
+
+
+def test_convex_hull_is_closed_and_contains_the_points():
+  rng = np.random.default_rng(1)
+  pts = np.concatenate([rng.normal(size=(300, 3)), rng.uniform(-1, 1, size=(200, 3)),
+                        np.array(np.meshgrid([0, 1], [0, 1], [0, 1])).reshape(3, -1).T * 3.0])
+  hull = mesh.convex_hull(pts)
+  edges = {tuple(e) for e in np.concatenate([hull[:, [0, 1]], hull[:, [1, 2]],
+                                             hull[:, [2, 0]]]).tolist()}
+  assert all((b, a) in edges for a, b in edges) and len(edges) == 3 * len(hull)
+  a, b, c = pts[hull[:, 0]], pts[hull[:, 1]], pts[hull[:, 2]]
+  normal = np.cross(b - a, c - a)
+  normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+  assert np.max(np.einsum("fk,pk->pf", normal, pts) - np.einsum("fk,fk->f", normal, a)) < 1e-9
+  with pytest.raises(ValueError):
+    mesh.convex_hull(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0.0]]))
