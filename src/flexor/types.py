@@ -478,7 +478,7 @@ class Model(_Node):
   eq_obj1id: np.ndarray
   eq_obj2id: np.ndarray
   eq_active0: np.ndarray
-  eq_data: jax.Array            # (neq, 11)
+  eq_data: jax.Array            # (neq, 12)
   eq_solref: jax.Array          # (neq, 2)
   eq_solimp: jax.Array          # (neq, 5)
 

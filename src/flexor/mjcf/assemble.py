@@ -83,7 +83,7 @@ _ELEMENT_DEFAULTS: dict[str, tuple[str, tuple[int, ...], Any]] = {
     "eq_obj1id": ("neq", (), -1),
     "eq_obj2id": ("neq", (), -1),
     "eq_active0": ("neq", (), 1),
-    "eq_data": ("neq", (11,), 0.0),
+    "eq_data": ("neq", (12,), 0.0),
     "eq_solref": ("neq", (2,), (0.02, 1.0)),
     "eq_solimp": ("neq", (5,), (0.9, 0.95, 0.001, 0.5, 2.0)),
 }
@@ -97,6 +97,14 @@ _OPTION_DEFAULTS: dict[str, Any] = dict(
     noslip_iterations=0, disableflags=0, enableflags=0)
 
 
+def _float_dtype(dtype: Any) -> np.dtype:
+  """The numpy dtype of traced fields: ``dtype``, else JAX's default float (float64 under x64).
+
+  Casting on the host keeps loading free of per-shape device conversions.
+  """
+  return np.dtype(dtype) if dtype is not None else np.dtype(jnp.zeros(0).dtype)
+
+
 def make_option(dtype: Any = None, **values: Any) -> Option:
   """Option with MuJoCo's defaults, overridden by ``values`` (mjOption names)."""
   unknown = set(values) - set(_OPTION_DEFAULTS)
@@ -104,8 +112,9 @@ def make_option(dtype: Any = None, **values: Any) -> Option:
     raise ValueError(f"unknown option fields {sorted(unknown)}")
   merged = {**_OPTION_DEFAULTS, **values}
   fields = {}
+  float_dtype = _float_dtype(dtype)
   for name in Option._traced:
-    fields[name] = jnp.asarray(np.asarray(merged[name], dtype=np.float64), dtype=dtype)
+    fields[name] = jnp.asarray(np.asarray(merged[name], dtype=float_dtype))
   for name in Option._static:
     fields[name] = int(merged[name])
   return Option(**fields)
@@ -225,11 +234,12 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
 
   values: dict[str, Any] = {}
+  float_dtype = _float_dtype(dtype)
   for name in Model._traced:
     if name == "opt":
       values[name] = out[name]
       continue
-    values[name] = jnp.asarray(np.asarray(out[name], dtype=np.float64), dtype=dtype)
+    values[name] = jnp.asarray(np.asarray(out[name], dtype=float_dtype))
   for name in Model._static:
     value = out[name]
     if isinstance(value, np.ndarray):

@@ -1,0 +1,53 @@
+"""Public loading API: ``load_mjcf`` and ``load_mjcf_string``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from flexor.errors import MJCFError
+from flexor.mjcf import parse
+from flexor.mjcf.compile import compile_model
+from flexor.types import Model
+
+
+def load_mjcf(path: str | os.PathLike, *, dtype: Any = None, root: str | os.PathLike | None = None
+              ) -> Model:
+  """Compiles the MJCF file at ``path`` into a Model.
+
+  Args:
+    path: the model file; ``<include>`` and asset files are resolved relative to its folder.
+    dtype: float dtype of the Model's traced fields (default: float64 if x64 is enabled).
+    root: optional folder that every file the model reads must lie in (for untrusted models).
+  Raises:
+    MJCFError: naming file, line, element and attribute of the first problem found.
+  """
+  path = os.fspath(path)
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except OSError as e:
+    raise MJCFError(f"cannot read model file: {e.strerror}", file=path) from None
+  if root is not None:
+    real_root, real = os.path.realpath(root), os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+      raise MJCFError(f"model file is outside the allowed root folder {real_root}", file=path)
+  source = parse.load(data, path, root_dir=os.fspath(root) if root is not None else None)
+  return compile_model(source, dtype)
+
+
+def load_mjcf_string(xml: str | bytes, assets: dict[str, bytes] | None = None, *,
+                     dtype: Any = None) -> Model:
+  """Compiles MJCF text into a Model.
+
+  Args:
+    xml: the model document.
+    assets: files it names (includes, meshes, ...), by the path the model uses; nothing is read
+      from disk.
+    dtype: float dtype of the Model's traced fields.
+  Raises:
+    MJCFError: naming line, element and attribute of the first problem found.
+  """
+  data = xml.encode() if isinstance(xml, str) else xml
+  source = parse.load(data, None, assets=assets)
+  return compile_model(source, dtype)

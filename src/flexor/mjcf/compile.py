@@ -1,0 +1,277 @@
+"""The MJCF compiler: a checked element tree in, a :class:`flexor.types.Model` out.
+
+Order of work follows MuJoCo's reader and compiler: ``<compiler>``, ``<option>``, default
+classes, assets, the kinematic tree (``compile_body``), tendons, actuators and equality
+constraints (``compile_actuator``), keyframes; ``assemble`` then derives addresses, the dof tree
+and flexor's tree tables.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from flexor.mjcf import compile_actuator, mesh
+from flexor.mjcf.assemble import assemble, make_option
+from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCompiler,
+                                      check_moving_mass, check_unique_names)
+from flexor.mjcf.defaults import Attributes, Defaults, attributes
+from flexor.mjcf.parse import Source
+from flexor.mjcf.values import Reader
+from flexor.types import DisableBit, EnableBit, GeomType, JointType, Model
+
+_INTEGRATORS = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
+_CONES = {"pyramidal": 0, "elliptic": 1}
+_JACOBIANS = {"dense": 0, "sparse": 1, "auto": 2}
+_SOLVERS = {"PGS": 0, "CG": 1, "Newton": 2}
+_ENABLE = {"disable": 0, "enable": 1}
+
+
+def _bare(source: Source, element) -> Reader:
+  return Reader(source, Attributes(element, ()))
+
+
+def _compiler(source: Source) -> Compiler:
+  c = Compiler()
+  for element in source.sections("compiler"):
+    r = _bare(source, element)
+    if r.text("coordinate", "local") == "global":
+      raise r.error("global coordinates are no longer supported (MuJoCo 2.3.3 and older only)",
+                    "coordinate")
+    r.keyword("coordinate", {"local": 0, "global": 1}, 0)
+    c.degrees = r.keyword("angle", {"radian": 0, "degree": 1}, int(c.degrees)) == 1
+    # like MuJoCo, a bad eulerseq is an error only where an euler angle uses it
+    c.eulerseq = r.text("eulerseq", c.eulerseq)
+    c.autolimits = r.bool("autolimits", c.autolimits)
+    c.inertiafromgeom = r.keyword("inertiafromgeom", INERTIA_FROM_GEOM, c.inertiafromgeom)
+    group = r.ints("inertiagrouprange")
+    if group is not None:
+      if len(group) != 2:
+        raise r.error(f"expected 2 integers, got {len(group)}", "inertiagrouprange")
+      c.inertiagrouprange = (int(group[0]), int(group[1]))
+    c.boundmass = r.positive("boundmass", r.float("boundmass", c.boundmass))
+    c.boundinertia = r.positive("boundinertia", r.float("boundinertia", c.boundinertia))
+    c.balanceinertia = r.bool("balanceinertia", c.balanceinertia)
+    c.settotalmass = r.float("settotalmass", c.settotalmass)
+    assetdir = r.text("assetdir")
+    if assetdir is not None:
+      c.meshdir = c.texturedir = assetdir
+    c.meshdir = r.text("meshdir", c.meshdir)
+    c.texturedir = r.text("texturedir", c.texturedir)
+    if r.bool("fusestatic", False):
+      raise r.error("fusestatic is not supported by flexor yet", "fusestatic")
+    c.discardvisual = r.bool("discardvisual", c.discardvisual)
+  return c
+
+
+def _option(source: Source, dtype: Any):
+  values: dict[str, Any] = {}
+  for element in source.sections("option"):
+    r = _bare(source, element)
+    timestep = r.float("timestep")
+    if timestep is not None:
+      if timestep <= 0:
+        raise r.error(f"must be positive, got {timestep:g}", "timestep")
+      values["timestep"] = timestep
+    for name, n in (("gravity", 3), ("wind", 3), ("magnetic", 3)):
+      if r.has(name):
+        values[name] = r.floats(name, n)
+    for name in ("density", "viscosity", "impratio", "tolerance", "o_margin"):
+      if r.has(name):
+        values[name] = r.float(name)
+    if values.get("impratio", 1.0) <= 0:
+      raise r.error("must be positive", "impratio")
+    for name, n, default in (("o_solref", 2, (0.02, 1.0)),
+                             ("o_solimp", 5, (0.9, 0.95, 0.001, 0.5, 2.0)),
+                             ("o_friction", 5, (1.0, 1.0, 0.005, 0.0001, 0.0001))):
+      if r.has(name):
+        values[name] = r.floats(name, n, default, at_most=True)
+    for name, table in (("integrator", _INTEGRATORS), ("cone", _CONES), ("jacobian", _JACOBIANS),
+                        ("solver", _SOLVERS)):
+      if r.has(name):
+        values[name] = r.keyword(name, table, 0)
+    for name in ("iterations", "ls_iterations", "noslip_iterations"):
+      if r.has(name):
+        values[name] = r.int(name)
+        r.positive(name, values[name])
+    for flag in element.iter("flag"):
+      disable, enable = values.get("disableflags", 0), values.get("enableflags", 0)
+      fr = _bare(source, flag)
+      for attr in flag.attrib:
+        on = fr.keyword(attr, _ENABLE, 1)
+        if attr == "passive":
+          bits = DisableBit.SPRING | DisableBit.DAMPER
+          disable = (disable & ~bits) | (0 if on else bits)
+        elif attr.upper() in DisableBit.__members__:
+          bit = DisableBit[attr.upper()]
+          disable = (disable & ~bit) | (0 if on else bit)
+        elif attr.upper() in EnableBit.__members__:
+          bit = EnableBit[attr.upper()]
+          enable = (enable & ~bit) | (bit if on else 0)
+      values["disableflags"], values["enableflags"] = int(disable), int(enable)
+  return make_option(dtype, **values)
+
+
+def _assets(source: Source, defaults: Defaults, compiler: Compiler):
+  """Meshes and height fields by name: {name: (id, MeshInfo)}, {name: (id, size (4,))}."""
+  meshes: dict[str, tuple[int, Any]] = {}
+  hfields: dict[str, tuple[int, np.ndarray]] = {}
+  for asset in source.sections("asset"):
+    for element in asset:
+      if element.tag == "mesh":
+        r = Reader(source, attributes(defaults, element))
+        name = element.get("name")
+        file = r.text("file")
+        if name is None:
+          if file is None:
+            raise r.error("a mesh needs a name or a file", "name")
+          name = os.path.splitext(os.path.basename(file))[0]
+        if name in meshes:
+          raise r.error(f"repeated mesh name {name!r}", "name")
+        options = dict(scale=r.floats("scale", 3, (1.0, 1.0, 1.0)),
+                       refpos=r.floats("refpos", 3, (0.0, 0.0, 0.0)),
+                       refquat=r.floats("refquat", 4, (1.0, 0.0, 0.0, 0.0)),
+                       inertia_mode=r.text("inertia", "legacy"))
+        if file is not None:
+          data, path = source.read_file(file, element, "file", compiler.meshdir)
+          try:
+            info = mesh.load_mesh(data, path, content_type=r.text("content_type"), **options)
+          except ValueError as e:
+            raise r.error(str(e), "file") from None
+        else:
+          vertex, face = r.floats("vertex"), r.ints("face")
+          if vertex is None or face is None or len(vertex) % 3 or len(face) % 3:
+            raise r.error("a mesh without a file needs 'vertex' (3n numbers) and 'face' (3m "
+                          "integers); builtin and plugin meshes are not supported", "vertex")
+          try:
+            info = mesh.process_mesh(vertex.reshape(-1, 3), face.reshape(-1, 3), name, **options)
+          except ValueError as e:
+            raise r.error(str(e), "vertex") from None
+        meshes[name] = (len(meshes), info)
+      elif element.tag == "texture":
+        for attr in ("file", "fileright", "fileleft", "fileup", "filedown", "filefront",
+                     "fileback"):
+          if element.get(attr) is not None:
+            source.read_file(element.get(attr), element, attr, compiler.texturedir)
+      elif element.tag == "hfield":
+        r = Reader(source, attributes(defaults, element))
+        name = element.get("name")
+        if name is None and r.text("file") is not None:
+          name = os.path.splitext(os.path.basename(r.text("file")))[0]
+        size = r.floats("size", 4)
+        if size is None:
+          raise r.error("required attribute missing", "size")
+        for i, value in enumerate(size):
+          if value <= 0 and i != 3 or value < 0:
+            raise r.error(f"size[{i}] must be positive", "size")
+        hfields[name or ""] = (len(hfields), size)
+  return meshes, hfields
+
+
+def _mesh_fields(infos: list[Any]) -> dict[str, np.ndarray]:
+  if not infos:
+    return {}
+  num = np.array([len(info.vert) for info in infos], np.int32)
+  # MuJoCo stores mesh vertices in single precision
+  vert = np.concatenate([np.asarray(info.vert, np.float32) for info in infos]).astype(np.float64)
+  return dict(mesh_vertadr=np.concatenate([[0], np.cumsum(num)[:-1]]).astype(np.int32),
+              mesh_vertnum=num, mesh_vert=vert.reshape(-1, 3))
+
+
+def _discard_visual(tree: Tree, infos: list[Any]) -> list[Any]:
+  """``<compiler discardvisual>``: drops geoms that neither collide nor are collided with
+  (after they counted for inertia, as in MuJoCo) and the meshes no remaining geom uses."""
+  g = tree.geom
+  keep = [i for i in range(len(g["type"])) if g["contype"][i] or g["conaffinity"][i]]
+  for key in g:
+    g[key] = [g[key][i] for i in keep]
+  used = sorted({d for d, t in zip(g["dataid"], g["type"]) if t == GeomType.MESH})
+  remap = {old: new for new, old in enumerate(used)}
+  g["dataid"] = [remap[d] if t == GeomType.MESH else d for d, t in zip(g["dataid"], g["type"])]
+  return [infos[i] for i in used]
+
+
+def _normalize_quats(qpos: np.ndarray, jnt_type: np.ndarray) -> None:
+  """Normalizes the quaternions of ball and free joints in ``qpos`` (nq,), in place."""
+  adr = 0
+  for t in jnt_type:
+    if t == JointType.FREE:
+      qpos[adr + 3:adr + 7] /= np.linalg.norm(qpos[adr + 3:adr + 7])
+    elif t == JointType.BALL:
+      qpos[adr:adr + 4] /= np.linalg.norm(qpos[adr:adr + 4])
+    adr += {JointType.FREE: 7, JointType.BALL: 4}.get(int(t), 1)
+
+
+def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int) -> dict[str, Any]:
+  nq, nv = len(fields["qpos0"]), sum(
+      {0: 6, 1: 3}.get(int(t), 1) for t in fields["jnt_type"])
+  mocap = np.flatnonzero(fields["body_mocapid"] >= 0)
+  mocap = mocap[np.argsort(fields["body_mocapid"][mocap])]
+  nmocap = len(mocap)
+  keys: dict[str, list[Any]] = {k: [] for k in "time qpos qvel act ctrl mpos mquat".split()}
+  names = []
+  for section in source.sections("keyframe"):
+    for element in section:
+      r = _bare(source, element)
+      names.append(element.get("name", ""))
+      keys["time"].append(r.float("time", 0.0))
+      for name, n, default in (("qpos", nq, fields["qpos0"]), ("qvel", nv, np.zeros(nv)),
+                               ("act", na, np.zeros(na)), ("ctrl", nu, np.zeros(nu)),
+                               ("mpos", 3 * nmocap, fields["body_pos"][mocap].ravel()),
+                               ("mquat", 4 * nmocap, fields["body_quat"][mocap].ravel())):
+        value = r.floats(name) if r.has(name) else None
+        if value is not None and len(value) != n:
+          raise r.error(f"expected {n} numbers (the model's size), got {len(value)}", name)
+        keys[name].append(np.array(default, dtype=np.float64) if value is None else value)
+  nkey = max([len(names)] + [_bare(source, e).int("nkey", 0) for e in source.sections("size")])
+  for _ in range(nkey - len(names)):
+    names.append("")
+    for name, value in (("time", 0.0), ("qpos", fields["qpos0"]), ("qvel", np.zeros(nv)),
+                        ("act", np.zeros(na)), ("ctrl", np.zeros(nu)),
+                        ("mpos", fields["body_pos"][mocap].ravel()),
+                        ("mquat", fields["body_quat"][mocap].ravel())):
+      keys[name].append(np.array(value, dtype=np.float64))
+  for qpos in keys["qpos"]:
+    _normalize_quats(qpos, fields["jnt_type"])
+  for mquat in keys["mquat"]:
+    for i in range(0, len(mquat), 4):
+      mquat[i:i + 4] /= np.linalg.norm(mquat[i:i + 4])
+  return dict(key_time=np.array(keys["time"]), key_qpos=np.array(keys["qpos"]).reshape(nkey, nq),
+              key_qvel=np.array(keys["qvel"]).reshape(nkey, nv),
+              key_act=np.array(keys["act"]).reshape(nkey, na),
+              key_ctrl=np.array(keys["ctrl"]).reshape(nkey, nu),
+              key_mpos=np.array(keys["mpos"]).reshape(nkey, nmocap, 3),
+              key_mquat=np.array(keys["mquat"]).reshape(nkey, nmocap, 4),
+              names_key=tuple(names))
+
+
+def compile_model(source: Source, dtype: Any = None) -> Model:
+  """Compiles a parsed, schema-checked MJCF source into a Model.
+
+  Args:
+    source: from :func:`flexor.mjcf.parse.load`.
+    dtype: float dtype of the traced fields.
+  Returns:
+    The Model, numbered as MuJoCo numbers it.
+  Raises:
+    MJCFError: a value, reference or file is invalid.
+  """
+  compiler = _compiler(source)
+  option = _option(source, dtype)
+  defaults = Defaults(source)
+  meshes, hfields = _assets(source, defaults, compiler)
+  builder = TreeCompiler(source, defaults, compiler, meshes, hfields)
+  tree = builder.compile()
+  check_unique_names(source, tree)
+  infos = [info for _, info in sorted(meshes.values(), key=lambda item: item[0])]
+  if compiler.discardvisual:
+    infos = _discard_visual(tree, infos)
+  fields = builder.finish()
+  fields.update(_mesh_fields(infos))
+  fields.update(compile_actuator.compile_rest(source, defaults, compiler, fields))
+  check_moving_mass(source, tree)
+  nu = len(fields.get("actuator_trntype", ()))
+  fields.update(_keyframes(source, fields, nu, int(np.sum(fields.get("actuator_actnum", 0)))))
+  return assemble(fields, option, dtype)

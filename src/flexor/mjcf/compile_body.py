@@ -1,0 +1,555 @@
+"""The kinematic tree: bodies, joints, geoms and sites in MuJoCo's numbering.
+
+Bodies are numbered depth-first in document order (``<frame>`` elements are transparent: their
+pose is composed into the bodies and elements inside them); a body's joints, geoms and sites
+follow document order and are grouped by body, so their ids follow the body numbering.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+from lxml import etree
+
+from flexor.mjcf import frames, inertia, mesh
+from flexor.mjcf.defaults import Attributes, Defaults, attributes
+from flexor.mjcf.parse import Source
+from flexor.mjcf.values import LIMITED, Reader
+from flexor.types import GeomType, JointType
+
+_ORIENTATIONS = ("quat", "axisangle", "euler", "xyaxes", "zaxis")
+_JOINT_TYPES = {"free": JointType.FREE, "ball": JointType.BALL, "slide": JointType.SLIDE,
+                "hinge": JointType.HINGE}
+_GEOM_TYPES = {"plane": GeomType.PLANE, "hfield": GeomType.HFIELD, "sphere": GeomType.SPHERE,
+               "capsule": GeomType.CAPSULE, "ellipsoid": GeomType.ELLIPSOID,
+               "cylinder": GeomType.CYLINDER, "box": GeomType.BOX, "mesh": GeomType.MESH,
+               "sdf": GeomType.SDF}
+# number of leading size entries that must be positive, per geom type
+_SIZE_REQUIRED = {GeomType.SPHERE: 1, GeomType.CAPSULE: 2, GeomType.CYLINDER: 2,
+                  GeomType.ELLIPSOID: 3, GeomType.BOX: 3}
+_SOLREF = (0.02, 1.0)
+_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
+_UNIT = np.array([1.0, 0.0, 0.0, 0.0])
+INERTIA_FROM_GEOM = {"false": 0, "true": 1, "auto": 2}
+
+
+@dataclasses.dataclass
+class Compiler:
+  """``<compiler>`` settings the tree compiler needs (MuJoCo's defaults)."""
+
+  degrees: bool = True
+  eulerseq: str = "xyz"
+  autolimits: bool = True
+  inertiafromgeom: int = 2
+  inertiagrouprange: tuple[int, int] = (0, 5)
+  boundmass: float = 0.0
+  boundinertia: float = 0.0
+  balanceinertia: bool = False
+  settotalmass: float = -1.0
+  meshdir: str | None = None
+  texturedir: str | None = None
+  discardvisual: bool = False
+
+
+@dataclasses.dataclass
+class Tree:
+  """Per-element primary fields of the tree, in MuJoCo's order (lists, one entry per element)."""
+
+  body: dict[str, list[Any]]
+  jnt: dict[str, list[Any]]
+  geom: dict[str, list[Any]]
+  site: dict[str, list[Any]]
+  qpos0: list[float]
+  qpos_spring: list[float]
+  nmocap: int = 0
+
+
+def _new_tree() -> Tree:
+  return Tree(body={k: [] for k in "parentid pos quat ipos iquat mass inertia gravcomp mocapid "
+                    "name element".split()},
+              jnt={k: [] for k in "type bodyid pos axis group limited actfrclimited actgravcomp "
+                   "solref solimp stiffness range actfrcrange margin frictionloss armature "
+                   "damping dofsolref dofsolimp name element".split()},
+              geom={k: [] for k in "type contype conaffinity condim bodyid dataid group priority "
+                    "solmix solref solimp size rbound pos quat friction margin gap name "
+                    "element mass inertia".split()},
+              site={k: [] for k in "bodyid pos quat size type name element".split()},
+              qpos0=[], qpos_spring=[])
+
+
+class TreeCompiler:
+  """Walks ``<worldbody>`` and fills a :class:`Tree`."""
+
+  def __init__(self, source: Source, defaults: Defaults, compiler: Compiler,
+               meshes: dict[str, tuple[int, Any]], hfields: dict[str, tuple[int, np.ndarray]]):
+    self.source, self.defaults, self.compiler = source, defaults, compiler
+    self.meshes, self.hfields = meshes, hfields
+    self.tree = _new_tree()
+
+  # ----------------------------------------------------------------- helpers
+
+  def reader(self, element: etree._Element, kind: str | None = None, *,
+             use_defaults: bool = True) -> Reader:
+    attrs = (attributes(self.defaults, element, kind) if use_defaults
+             else Attributes(element, ()))
+    return Reader(self.source, attrs)
+
+  def orientation(self, r: Reader) -> np.ndarray | None:
+    """The element's orientation quaternion (4,), or None if no orientation is given."""
+    own = [k for k in _ORIENTATIONS if r.element.get(k) is not None]
+    if len(own) > 1:
+      raise r.error("multiple orientation specifiers are not allowed", own[1])
+    kind = own[0] if own else next((k for k in _ORIENTATIONS if r.has(k)), None)
+    if kind is None:
+      return None
+    value = r.floats(kind, {"quat": 4, "axisangle": 4, "euler": 3, "xyaxes": 6, "zaxis": 3}[kind])
+    try:
+      return frames.orient_quat(kind, value, degrees=self.compiler.degrees,
+                                eulerseq=self.compiler.eulerseq)
+    except ValueError as e:
+      raise r.error(str(e), kind) from None
+
+  def pose(self, r: Reader) -> tuple[np.ndarray, np.ndarray]:
+    pos = r.floats("pos", 3, (0.0, 0.0, 0.0))
+    quat = self.orientation(r)
+    return pos, (_UNIT.copy() if quat is None else quat)
+
+  @staticmethod
+  def in_frame(frame: tuple[np.ndarray, np.ndarray] | None, pos: np.ndarray,
+               quat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if frame is None:
+      return pos, quat
+    return frames.frame_accum(frame[0], frame[1], pos, quat)
+
+  # ----------------------------------------------------------------- tree walk
+
+  def compile(self) -> Tree:
+    """Compiles every ``<worldbody>`` into the tree (the world body is body 0)."""
+    b = self.tree.body
+    for key, value in (("parentid", 0), ("pos", np.zeros(3)), ("quat", _UNIT.copy()),
+                       ("gravcomp", 0.0), ("mocapid", -1), ("name", "world"), ("element", None)):
+      b[key].append(value)
+    self._expand_replicates()
+    worldbodies = [c for c in self.source.root if c.tag == "worldbody"]
+    items: list[tuple[etree._Element, Any]] = []
+    for world in worldbodies:
+      items += self._collect(world, None)
+    self._body_contents(0, items)
+    if self.compiler.settotalmass > 0:
+      self._set_total_mass(self.compiler.settotalmass)
+    return self.tree
+
+  def _collect(self, element: etree._Element, frame) -> list[tuple[etree._Element, Any]]:
+    """Children of a body with the frame each sits in, ``<frame>`` elements flattened."""
+    out = []
+    for child in element:
+      if not isinstance(child.tag, str):
+        continue
+      if child.tag in ("attach", "flexcomp"):
+        # both add bodies and geoms in MuJoCo; ignoring them would renumber the model
+        raise self.source.error(child, "this element is not supported by flexor yet")
+      if child.tag == "frame":
+        r = self.reader(child, use_defaults=False)
+        pos, quat = self.pose(r)
+        out += self._collect(child, self.in_frame(frame, pos, quat) if frame else (pos, quat))
+      else:
+        out.append((child, frame))
+    return out
+
+  def _expand_replicates(self) -> None:
+    """Replaces each ``<replicate>`` by ``count`` ``<frame>`` elements holding renamed copies.
+
+    Copy i sits in the i-fold composition of the (offset, euler) step and its names get ``sep``
+    and the index zero-padded to the width of ``count``, as in MuJoCo. Frames carry the pose
+    as exact decimal text (``repr`` round-trips float64).
+    """
+    while True:
+      element = next(iter(self.source.root.iter("replicate")), None)
+      if element is None:
+        return
+      r = self.reader(element, use_defaults=False)
+      count = r.int("count", 0)
+      if count < 1:
+        raise r.error(f"must be a positive integer, got {count}", "count")
+      offset = r.floats("offset", 3, (0.0, 0.0, 0.0))
+      euler = r.floats("euler", 3, (0.0, 0.0, 0.0))
+      try:
+        step = frames.orient_quat("euler", euler, degrees=self.compiler.degrees,
+                                  eulerseq=self.compiler.eulerseq)
+      except ValueError as e:
+        raise r.error(str(e), "euler") from None
+      sep = element.get("sep", "")
+      pos, quat = np.zeros(3), _UNIT.copy()
+      anchor = element
+      for i in range(count):
+        frame = etree.Element("frame", pos=" ".join(repr(float(x)) for x in pos),
+                              quat=" ".join(repr(float(x)) for x in quat))
+        frame.sourceline = element.sourceline
+        suffix = f"{sep}{i:0{len(str(count))}d}"
+        for child in element:
+          child_copy = copy.deepcopy(child)
+          for node in child_copy.iter():
+            if isinstance(node.tag, str) and node.get("name") is not None:
+              node.set("name", node.get("name") + suffix)
+          frame.append(child_copy)
+        anchor.addnext(frame)
+        anchor = frame
+        pos, quat = frames.frame_accum(pos, quat, offset, step)
+      element.getparent().remove(element)
+
+  def _body_contents(self, bodyid: int, items) -> None:
+    """Joints, geoms, sites and inertia of body ``bodyid``, then its child bodies in order."""
+    for element, frame in items:
+      if element.tag in ("joint", "freejoint"):
+        self._joint(bodyid, element, frame)
+    first_geom = len(self.tree.geom["type"])
+    for element, frame in items:
+      if element.tag == "geom":
+        self._geom(bodyid, element, frame)
+      elif element.tag == "site":
+        self._site(bodyid, element, frame)
+    if bodyid > 0:
+      inertial = [e for e, _ in items if e.tag == "inertial"]
+      self._inertial(bodyid, inertial[0] if inertial else None, first_geom)
+    else:
+      for key, value in (("ipos", np.zeros(3)), ("iquat", _UNIT.copy()), ("mass", 0.0),
+                         ("inertia", np.zeros(3))):
+        self.tree.body[key].append(value)
+    for element, frame in items:
+      if element.tag == "body":
+        self._body(bodyid, element, frame)
+
+  def _body(self, parent: int, element: etree._Element, frame) -> None:
+    t = self.tree
+    r = self.reader(element, use_defaults=False)
+    pos, quat = self.in_frame(frame, *self.pose(r))
+    bodyid = len(t.body["parentid"])
+    mocap = r.bool("mocap", False)
+    items = self._collect(element, None)
+    if mocap:
+      if parent != 0 or any(e.tag in ("joint", "freejoint") for e, _ in items):
+        raise r.error(f"mocap body '{element.get('name', '')}' is not a fixed child of world",
+                      "mocap")
+      t.nmocap += 1
+    for key, value in (("parentid", parent), ("pos", pos), ("quat", quat),
+                       ("gravcomp", r.float("gravcomp", 0.0)),
+                       ("mocapid", t.nmocap - 1 if mocap else -1),
+                       ("name", element.get("name", "")), ("element", element)):
+      t.body[key].append(value)
+    self._body_contents(bodyid, items)
+
+  # ----------------------------------------------------------------- joints
+
+  def _joint(self, bodyid: int, element: etree._Element, frame) -> None:
+    t, j = self.tree, self.tree.jnt
+    free = element.tag == "freejoint"
+    r = self.reader(element, "joint", use_defaults=not free)
+    jtype = JointType.FREE if free else r.keyword("type", _JOINT_TYPES, JointType.HINGE)
+    pos = np.zeros(3) if free else r.floats("pos", 3, (0.0, 0.0, 0.0))
+    axis = np.array([0.0, 0.0, 1.0])
+    if jtype in (JointType.HINGE, JointType.SLIDE):
+      raw = r.floats("axis", 3, (0.0, 0.0, 1.0))
+      axis, norm = frames.normvec(raw)
+      if norm < frames.MJ_EPS:
+        raise r.error("axis has zero length; give a nonzero direction", "axis")
+      axis = np.array(axis)
+    if frame is not None:
+      pos, _ = frames.frame_accum(frame[0], frame[1], pos, _UNIT)
+      if jtype in (JointType.HINGE, JointType.SLIDE):
+        axis = np.array(frames.rot_vec_quat(axis, frame[1]))
+    angular = jtype in (JointType.HINGE, JointType.BALL) and self.compiler.degrees
+    scale = scale_range = math.pi / 180.0 if angular else 1.0
+    jrange = r.floats("range", 2, (0.0, 0.0))
+    limited = self._limited(r, "limited", "range", jrange)
+    if not limited:
+      # MuJoCo converts a range to radians only where it is used as a limit
+      scale_range = 1.0
+    if limited and jtype == JointType.BALL and jrange[0] != 0:
+      raise r.error("ball joint range[0] must be 0", "range")
+    if limited and jtype in (JointType.HINGE, JointType.SLIDE) and jrange[0] >= jrange[1]:
+      raise r.error("range[0] must be smaller than range[1]", "range")
+    frcrange = r.floats("actuatorfrcrange", 2, (0.0, 0.0))
+    frclimited = self._limited(r, "actuatorfrclimited", "actuatorfrcrange", frcrange)
+    if r.has("springdamper") and np.all(r.floats("springdamper", 2) > 0):
+      # MuJoCo derives stiffness and damping from the joint inertia at qpos0 (mj_setConst)
+      message = r.error("springdamper is not supported by flexor yet: the joint keeps its "
+                        "stiffness and damping attributes", "springdamper")
+      warnings.warn(str(message), stacklevel=2)
+    ref = (r.float("ref", 0.0) if not free else 0.0) * scale
+    springref = (r.float("springref", 0.0) if not free else 0.0) * scale
+    values = dict(
+        type=int(jtype), bodyid=bodyid, pos=pos, axis=axis, group=r.int("group", 0),
+        limited=int(limited), actfrclimited=int(frclimited),
+        actgravcomp=int(r.bool("actuatorgravcomp", False)) if not free else 0,
+        solref=r.floats("solreflimit", 2, _SOLREF, at_most=True),
+        solimp=r.floats("solimplimit", 5, _SOLIMP, at_most=True),
+        stiffness=r.float("stiffness", 0.0), range=jrange * scale_range, actfrcrange=frcrange,
+        margin=r.float("margin", 0.0), frictionloss=r.float("frictionloss", 0.0),
+        armature=r.float("armature", 0.0), damping=r.float("damping", 0.0),
+        dofsolref=r.floats("solreffriction", 2, _SOLREF, at_most=True),
+        dofsolimp=r.floats("solimpfriction", 5, _SOLIMP, at_most=True),
+        name=element.get("name", ""), element=element)
+    for key, value in values.items():
+      j[key].append(value)
+    if jtype == JointType.FREE:
+      pose = list(t.body["pos"][bodyid]) + list(t.body["quat"][bodyid])
+      t.qpos0 += pose
+      t.qpos_spring += pose
+    elif jtype == JointType.BALL:
+      t.qpos0 += [1.0, 0.0, 0.0, 0.0]
+      t.qpos_spring += [1.0, 0.0, 0.0, 0.0]
+    else:
+      t.qpos0.append(ref)
+      t.qpos_spring.append(springref)
+
+  def _limited(self, r: Reader, flag: str, range_name: str, values: np.ndarray) -> bool:
+    """MuJoCo's limited/auto rule: with autolimits, auto means 'a range was given'."""
+    limited = r.keyword(flag, LIMITED, 2)
+    if limited != 2:
+      return bool(limited)
+    has_range = bool(values[0] < values[1])
+    if has_range and not self.compiler.autolimits:
+      raise r.error(f"has '{range_name}' but not '{flag}'; set <compiler autolimits=\"true\"> or "
+                    f"give '{flag}' explicitly", range_name)
+    return has_range
+
+  # ----------------------------------------------------------------- geoms and sites
+
+  def _geom(self, bodyid: int, element: etree._Element, frame) -> None:
+    g = self.tree.geom
+    r = self.reader(element)
+    gtype = r.keyword("type", _GEOM_TYPES, GeomType.SPHERE)
+    size = r.floats("size", 3, (0.0, 0.0, 0.0), at_most=True)
+    pos, quat = self.pose(r)
+    dataid, mesh_info = -1, None
+    hfield_size = None
+    if r.has("fromto"):
+      if r.element.get("pos") is not None and r.element.get("fromto") is not None:
+        raise r.error("both pos and fromto defined", "fromto")
+      fromto = r.floats("fromto", 6)
+      try:
+        pos, quat, size = inertia.geom_fromto(gtype, fromto, size)
+      except ValueError as e:
+        raise r.error(str(e), "fromto") from None
+    if gtype == GeomType.MESH:
+      name = r.text("mesh")
+      if name is None or name not in self.meshes:
+        raise r.error(f"unknown mesh {name!r}" if name else "mesh geom needs a 'mesh'", "mesh")
+      dataid, mesh_info = self.meshes[name]
+      pos, quat, size = self._mesh_frame(r, pos, quat, mesh_info)
+    elif gtype == GeomType.HFIELD:
+      name = r.text("hfield")
+      if name is None or name not in self.hfields:
+        raise r.error(f"unknown hfield {name!r}" if name else "hfield geom needs an 'hfield'",
+                      "hfield")
+      dataid, hfield_size = self.hfields[name]
+      size = np.array([hfield_size[0], hfield_size[1],
+                       0.5 * (0.5 * hfield_size[2] + hfield_size[3])])
+    else:
+      self._check_size(r, gtype, size)
+    pos, quat = self.in_frame(frame, pos, quat)
+    density = r.float("density", 1000.0)
+    mass = r.float("mass")
+    if mass is not None:
+      r.positive("mass", mass)
+    r.positive("density", density)
+    shell = r.bool("shellinertia", False)
+    try:
+      gmass, ginertia = inertia.geom_mass_inertia(gtype, size, density=density, mass=mass,
+                                                  shellinertia=shell, mesh=mesh_info)
+      rbound = inertia.geom_rbound(gtype, size, mesh_info, hfield_size)
+    except ValueError as e:
+      raise r.error(str(e)) from None
+    condim = r.int("condim", 3)
+    if condim not in (1, 3, 4, 6):
+      raise r.error(f"condim must be 1, 3, 4 or 6, got {condim}", "condim")
+    values = dict(
+        type=int(gtype), contype=r.int("contype", 1), conaffinity=r.int("conaffinity", 1),
+        condim=condim, bodyid=bodyid, dataid=dataid, group=r.int("group", 0),
+        priority=r.int("priority", 0), solmix=r.float("solmix", 1.0),
+        solref=r.floats("solref", 2, _SOLREF, at_most=True),
+        solimp=r.floats("solimp", 5, _SOLIMP, at_most=True), size=np.asarray(size),
+        rbound=rbound, pos=np.asarray(pos), quat=np.asarray(quat),
+        friction=r.floats("friction", 3, (1.0, 0.005, 0.0001), at_most=True),
+        margin=r.float("margin", 0.0), gap=r.float("gap", 0.0), name=element.get("name", ""),
+        element=element, mass=gmass, inertia=ginertia)
+    for key, value in values.items():
+      g[key].append(value)
+
+  @staticmethod
+  def _mesh_frame(r: Reader, pos, quat, mesh_info):
+    try:
+      return mesh.mesh_geom(pos, quat, mesh_info)
+    except ValueError as e:
+      raise r.error(str(e), "mesh") from None
+
+  @staticmethod
+  def _check_size(r: Reader, gtype: int, size: np.ndarray) -> None:
+    if gtype == GeomType.PLANE:
+      if size[2] <= 0:
+        raise r.error("plane size[2] (grid spacing) must be positive", "size")
+      return
+    for i in range(_SIZE_REQUIRED.get(gtype, 0)):
+      if size[i] <= 0:
+        raise r.error(f"size[{i}] must be positive for a {GeomType(gtype).name.lower()}, got "
+                      f"{size[i]:g}", "size")
+
+  def _site(self, bodyid: int, element: etree._Element, frame) -> None:
+    s = self.tree.site
+    r = self.reader(element)
+    stype = r.keyword("type", _GEOM_TYPES, GeomType.SPHERE)
+    size = r.floats("size", 3, (0.005, 0.005, 0.005), at_most=True)
+    pos, quat = self.pose(r)
+    if r.has("fromto"):
+      fromto = r.floats("fromto", 6)
+      try:
+        pos, quat, size = inertia.geom_fromto(stype, fromto, size)
+      except ValueError as e:
+        raise r.error(str(e), "fromto") from None
+    pos, quat = self.in_frame(frame, pos, quat)
+    for key, value in (("bodyid", bodyid), ("pos", pos), ("quat", quat), ("size", size),
+                       ("type", int(stype)), ("name", element.get("name", "")),
+                       ("element", element)):
+      s[key].append(value)
+
+  # ----------------------------------------------------------------- inertia
+
+  def _inertial(self, bodyid: int, element: etree._Element | None, first_geom: int) -> None:
+    c, b, g = self.compiler, self.tree.body, self.tree.geom
+    # massless geoms (mass="0", planes) do not take part, as in MuJoCo
+    ids = [i for i in range(first_geom, len(g["type"]))
+           if c.inertiagrouprange[0] <= g["group"][i] <= c.inertiagrouprange[1]
+           and g["mass"][i] > 0]
+    from_geoms = c.inertiafromgeom == 1 or (c.inertiafromgeom == 2 and element is None)
+    body_r = self.reader(b["element"][bodyid], use_defaults=False)
+    if from_geoms and ids:
+      try:
+        mass, ipos, iquat, inert = inertia.body_inertial(
+            [g["mass"][i] for i in ids], np.array([g["inertia"][i] for i in ids]),
+            np.array([g["pos"][i] for i in ids]), np.array([g["quat"][i] for i in ids]))
+      except ValueError as e:
+        raise body_r.error(str(e)) from None
+    elif element is not None and not from_geoms:
+      r = self.reader(element, use_defaults=False)
+      if element.get("pos") is None:
+        raise r.error("required attribute missing", "pos")
+      if element.get("mass") is None:
+        raise r.error("required attribute missing", "mass")
+      ipos = r.floats("pos", 3)
+      mass = r.positive("mass", r.float("mass"))
+      diag, full = r.floats("diaginertia", 3), r.floats("fullinertia", 6)
+      quat = self.orientation(r)
+      try:
+        iquat, inert = inertia.explicit_inertial(diaginertia=diag, fullinertia=full, quat=quat)
+      except ValueError as e:
+        raise r.error(str(e), "fullinertia" if full is not None else "diaginertia") from None
+      for value, name in zip(inert, ("diaginertia",) * 3):
+        r.positive(name, value)
+    else:
+      mass, ipos, iquat, inert = 0.0, np.zeros(3), _UNIT.copy(), np.zeros(3)
+    try:
+      mass, inert = inertia.bound_inertial(mass, inert, boundmass=c.boundmass,
+                                           boundinertia=c.boundinertia,
+                                           balanceinertia=c.balanceinertia)
+    except ValueError as e:
+      raise body_r.error(str(e)) from None
+    for key, value in (("ipos", ipos), ("iquat", iquat), ("mass", mass), ("inertia", inert)):
+      b[key].append(value)
+
+  def _set_total_mass(self, total: float) -> None:
+    b = self.tree.body
+    current = sum(b["mass"])
+    if current <= 0:
+      return
+    scale = total / current
+    b["mass"] = [m * scale for m in b["mass"]]
+    b["inertia"] = [np.asarray(i) * scale for i in b["inertia"]]
+
+  def finish(self) -> dict[str, np.ndarray]:
+    """The primary-field arrays of the tree, sameframe flags included."""
+    t = self.tree
+    b, j, g, s = t.body, t.jnt, t.geom, t.site
+    nbody = len(b["parentid"])
+    body_sameframe = [int(frames.same_frame(b["ipos"][i], b["iquat"][i])) for i in range(nbody)]
+    geom_sameframe = [int(frames.same_frame(g["pos"][i], g["quat"][i], b["ipos"][g["bodyid"][i]],
+                                            b["iquat"][g["bodyid"][i]]))
+                      for i in range(len(g["type"]))]
+    site_sameframe = [int(frames.same_frame(s["pos"][i], s["quat"][i], b["ipos"][s["bodyid"][i]],
+                                            b["iquat"][s["bodyid"][i]]))
+                      for i in range(len(s["bodyid"]))]
+    nv_j = [{0: 6, 1: 3}.get(k, 1) for k in j["type"]]
+
+    def arr(values, shape, dtype=np.float64):
+      return np.array(values, dtype=dtype).reshape((len(values),) + shape)
+
+    def per_dof(values, shape):
+      return np.array([v for v, n in zip(values, nv_j) for _ in range(n)],
+                      dtype=np.float64).reshape((sum(nv_j),) + shape)
+
+    out = dict(
+        body_parentid=arr(b["parentid"], (), np.int32), body_pos=arr(b["pos"], (3,)),
+        body_quat=arr(b["quat"], (4,)), body_ipos=arr(b["ipos"], (3,)),
+        body_iquat=arr(b["iquat"], (4,)), body_mass=arr(b["mass"], ()),
+        body_inertia=arr(b["inertia"], (3,)), body_gravcomp=arr(b["gravcomp"], ()),
+        body_mocapid=arr(b["mocapid"], (), np.int32),
+        body_sameframe=arr(body_sameframe, (), np.int32),
+        jnt_type=arr(j["type"], (), np.int32), jnt_bodyid=arr(j["bodyid"], (), np.int32),
+        jnt_pos=arr(j["pos"], (3,)), jnt_axis=arr(j["axis"], (3,)),
+        jnt_group=arr(j["group"], (), np.int32), jnt_limited=arr(j["limited"], (), np.int32),
+        jnt_actfrclimited=arr(j["actfrclimited"], (), np.int32),
+        jnt_actgravcomp=arr(j["actgravcomp"], (), np.int32), jnt_solref=arr(j["solref"], (2,)),
+        jnt_solimp=arr(j["solimp"], (5,)), jnt_stiffness=arr(j["stiffness"], ()),
+        jnt_range=arr(j["range"], (2,)), jnt_actfrcrange=arr(j["actfrcrange"], (2,)),
+        jnt_margin=arr(j["margin"], ()),
+        dof_solref=per_dof(j["dofsolref"], (2,)), dof_solimp=per_dof(j["dofsolimp"], (5,)),
+        dof_frictionloss=per_dof(j["frictionloss"], ()),
+        dof_armature=per_dof(j["armature"], ()), dof_damping=per_dof(j["damping"], ()),
+        geom_type=arr(g["type"], (), np.int32), geom_contype=arr(g["contype"], (), np.int32),
+        geom_conaffinity=arr(g["conaffinity"], (), np.int32),
+        geom_condim=arr(g["condim"], (), np.int32), geom_bodyid=arr(g["bodyid"], (), np.int32),
+        geom_dataid=arr(g["dataid"], (), np.int32), geom_group=arr(g["group"], (), np.int32),
+        geom_priority=arr(g["priority"], (), np.int32), geom_solmix=arr(g["solmix"], ()),
+        geom_solref=arr(g["solref"], (2,)), geom_solimp=arr(g["solimp"], (5,)),
+        geom_size=arr(g["size"], (3,)), geom_rbound=arr(g["rbound"], ()),
+        geom_pos=arr(g["pos"], (3,)), geom_quat=arr(g["quat"], (4,)),
+        geom_friction=arr(g["friction"], (3,)), geom_margin=arr(g["margin"], ()),
+        geom_gap=arr(g["gap"], ()), geom_sameframe=arr(geom_sameframe, (), np.int32),
+        site_bodyid=arr(s["bodyid"], (), np.int32), site_pos=arr(s["pos"], (3,)),
+        site_quat=arr(s["quat"], (4,)), site_size=arr(s["size"], (3,)),
+        site_sameframe=arr(site_sameframe, (), np.int32),
+        qpos0=np.array(t.qpos0, dtype=np.float64),
+        qpos_spring=np.array(t.qpos_spring, dtype=np.float64),
+        names_body=tuple(b["name"]), names_jnt=tuple(j["name"]), names_geom=tuple(g["name"]),
+        names_site=tuple(s["name"]))
+    return out
+
+
+def check_unique_names(source: Source, tree: Tree) -> None:
+  """MuJoCo's 'repeated name' check: names are unique within each element kind."""
+  for kind, rows in (("body", tree.body), ("joint", tree.jnt), ("geom", tree.geom),
+                     ("site", tree.site)):
+    seen: set[str] = set()
+    for name, element in zip(rows["name"], rows["element"]):
+      if name and name in seen:
+        raise source.error(element, f"repeated {kind} name {name!r}", "name")
+      seen.add(name)
+
+
+def check_moving_mass(source: Source, tree: Tree) -> None:
+  """MuJoCo's 'mass and inertia of moving bodies must be larger than mjMINVAL' check: every
+  body with joints must carry mass in its subtree."""
+  b = tree.body
+  parent = b["parentid"]
+  subtree = list(b["mass"])
+  for i in range(len(parent) - 1, 0, -1):
+    subtree[parent[i]] += subtree[i]
+  jointed = set(tree.jnt["bodyid"])
+  for i in sorted(jointed):
+    if subtree[i] < 1e-15:
+      raise source.error(b["element"][i], "mass and inertia of moving bodies must be larger than "
+                         "1e-15 (give the body a geom with volume or an <inertial>)")

@@ -1,0 +1,118 @@
+"""Typed attribute reading with MJCFError on bad values (host side, at compile time).
+
+A :class:`Reader` wraps one element's attributes with its default chain behind them, so every
+value is parsed from the element that actually gave it and an error points at that element.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from flexor.mjcf.defaults import Attributes
+from flexor.mjcf.parse import Source
+
+BOOL = {"false": 0, "true": 1}
+LIMITED = {"false": 0, "true": 1, "auto": 2}
+
+
+class Reader:
+  """Parses the attributes of one element (own value first, then class defaults)."""
+
+  def __init__(self, source: Source, attrs: Attributes):
+    self.source = source
+    self.attrs = attrs
+    self.element = attrs.element
+
+  def has(self, name: str) -> bool:
+    """True if the element or its defaults give ``name``."""
+    return self.attrs.has(name)
+
+  def error(self, message: str, name: str | None = None):
+    """MJCFError at the element that gave ``name`` (or this element)."""
+    giver = self.attrs.get(name)[1] if name else None
+    return self.source.error(giver if giver is not None else self.element, message, name)
+
+  def text(self, name: str, default: str | None = None) -> str | None:
+    value = self.attrs.get(name)[0]
+    return default if value is None else value
+
+  def _numbers(self, name: str, value: str, giver) -> list[float]:
+    numbers = []
+    for part in value.split():
+      try:
+        x = float(part)
+      except ValueError:
+        raise self.source.error(giver, f"expected numbers, got {part!r}", name) from None
+      if math.isnan(x):
+        raise self.source.error(giver, "NaN is not a valid value", name)
+      numbers.append(x)
+    return numbers
+
+  def floats(self, name: str, n: int | None = None, default=None, *, at_most: bool = False,
+             at_least: int = 1) -> np.ndarray | None:
+    """A vector of floats: exactly ``n`` of them, or up to ``n`` if ``at_most``.
+
+    With ``at_most``, a short value overwrites only the leading entries of what the default
+    classes (outermost first) and finally ``default`` give, as MuJoCo's partial reads do (e.g.
+    ``friction="1"`` keeps the class's torsional and rolling friction). None if neither the
+    element nor its defaults give ``name`` and ``default`` is None.
+    """
+    givers = self.attrs.givers(name)
+    if not givers:
+      return None if default is None else np.array(default, dtype=np.float64)
+    if not at_most:
+      givers = givers[-1:]
+    out = list(np.asarray(default, dtype=np.float64).ravel()) if default is not None else []
+    for giver in givers:
+      numbers = self._numbers(name, giver.get(name), giver)
+      if n is not None and at_most and not at_least <= len(numbers) <= n:
+        raise self.source.error(giver, f"expected {at_least} to {n} numbers, got {len(numbers)}",
+                                name)
+      if n is not None and not at_most and len(numbers) != n:
+        raise self.source.error(giver, f"expected {n} numbers, got {len(numbers)}", name)
+      if n is None and not numbers:
+        raise self.source.error(giver, "expected at least one number", name)
+      out = numbers + out[len(numbers):] if at_most else numbers
+    return np.array(out, dtype=np.float64)
+
+  def float(self, name: str, default: float | None = None) -> float | None:
+    value = self.floats(name, 1)
+    return default if value is None else float(value[0])
+
+  def int(self, name: str, default: int | None = None) -> int | None:
+    value = self.text(name)
+    if value is None:
+      return default
+    try:
+      return int(value.strip())
+    except ValueError:
+      raise self.error(f"expected an integer, got {value!r}", name) from None
+
+  def ints(self, name: str) -> np.ndarray | None:
+    value = self.text(name)
+    if value is None:
+      return None
+    try:
+      return np.array([int(p) for p in value.split()], dtype=np.int64)
+    except ValueError:
+      raise self.error(f"expected integers, got {value!r}", name) from None
+
+  def keyword(self, name: str, table: Mapping[str, int], default: int) -> int:
+    value = self.text(name)
+    if value is None:
+      return default
+    if value.strip() not in table:
+      raise self.error(f"invalid keyword {value!r}; expected one of {', '.join(table)}", name)
+    return table[value.strip()]
+
+  def bool(self, name: str, default: bool) -> bool:
+    return bool(self.keyword(name, BOOL, int(default)))
+
+  def positive(self, name: str, value: float, *, strict: bool = False) -> float:
+    """``value`` (read from ``name``) checked to be >= 0 (> 0 if ``strict``)."""
+    if value < 0 or (strict and value == 0):
+      raise self.error(f"must be {'positive' if strict else 'non-negative'}, got {value:g}", name)
+    return value
