@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
+import smooth_support
 import support
 from flexor import kinematics as K
 from flexor import make_data
@@ -49,24 +50,20 @@ def _stages():
 
 @functools.cache
 def _compare(name: str) -> dict[str, float]:
-  m, fm = _models(name)
-  rng = np.random.default_rng(0)
+  """Max error per field over the random states of the shared smooth-dynamics case.
+
+  The case's flexor outputs come from one compiled ``forward`` per model, shared with the crb,
+  rne, passive and forward tests; MuJoCo's kinematics are recomputed here at the same states.
+  """
+  case = smooth_support.case(name)
   errors = dict.fromkeys(FIELDS, 0.0)
-  for _ in range(3):
-    qpos, qvel = random_state(m, rng)
-    d = mujoco.MjData(m)
-    d.qpos[:], d.qvel[:] = qpos, qvel
-    if m.nmocap:
-      d.mocap_pos[:] = rng.normal(size=d.mocap_pos.shape)
-      d.mocap_quat[:] = rng.normal(size=d.mocap_quat.shape)
-      d.mocap_quat[:] /= np.linalg.norm(d.mocap_quat, axis=1, keepdims=True)
-    mujoco.mj_forward(m, d)
-    fd = make_data(fm).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel),
-                               mocap_pos=jnp.asarray(d.mocap_pos.reshape(-1, 3)),
-                               mocap_quat=jnp.asarray(d.mocap_quat.reshape(-1, 4)))
-    fd = _stages()(fm, fd)
+  for s in range(smooth_support.NSTATE):
+    d = mujoco.MjData(case.mj)
+    d.qpos[:], d.qvel[:] = case.states.qpos[s], case.states.qvel[s]
+    mujoco.mj_forward(case.mj, d)
     for field in FIELDS:
-      errors[field] = max(errors[field], support.relerr(getattr(fd, field), getattr(d, field)))
+      ours = case.actual(field)[s]
+      errors[field] = max(errors[field], support.relerr(ours, getattr(d, field)))
   return errors
 
 
@@ -144,3 +141,24 @@ def test_gradient_is_finite_at_rest():
   d0 = make_data(fm)
   grad = jax.jit(jax.grad(lambda qvel: jnp.sum(K.com_vel(fm, K.com_pos(fm, K.kinematics(fm, d0.replace(qvel=qvel)))).cdof_dot ** 2)))
   assert np.all(np.isfinite(grad(jnp.zeros(fm.nv))))
+
+
+def test_mocap_bodies_follow_mocap_pose():
+  m = mujoco.MjModel.from_xml_string("""
+    <mujoco><worldbody>
+      <body name="target" mocap="true" pos="1 0 0"><geom size=".1"/>
+        <body pos="0 .2 0"><joint type="hinge"/><geom size=".1" pos=".1 0 0"/></body>
+      </body>
+      <body pos="0 0 1"><joint type="ball"/><geom size=".1"/></body>
+    </worldbody></mujoco>""")
+  fm = from_mujoco(m)
+  d = mujoco.MjData(m)
+  d.qpos[:] = [0.4, 0.9, 0.1, 0.3, 0.2]
+  d.mocap_pos[:] = [[0.3, -0.5, 2.0]]
+  d.mocap_quat[:] = [[0.5, 0.5, -0.5, 0.5]]
+  mujoco.mj_forward(m, d)
+  fd = _stages()(fm, make_data(fm).replace(qpos=jnp.asarray(d.qpos),
+                                           mocap_pos=jnp.asarray(d.mocap_pos),
+                                           mocap_quat=jnp.asarray(d.mocap_quat)))
+  for field in ("xpos", "xquat", "xanchor", "geom_xpos"):
+    assert support.relerr(getattr(fd, field), getattr(d, field)) <= TOL, field
