@@ -1,0 +1,296 @@
+"""Smooth-dynamics speed of flexor beside MuJoCo C and MJX, measured in one run.
+
+For each model the three engines simulate the same compiled MjModel (contacts and constraints
+disabled) from the same random initial states, in the same dtype, on the same machine:
+
+* flexor: ``flexor.step`` in a ``lax.scan`` of ``--steps`` steps, jitted; vmapped for batches;
+* MJX: ``mujoco.mjx.step`` in the same scan harness, jitted; vmapped for batches;
+* MuJoCo C: ``mujoco.mj_step`` in a Python loop over steps and batch elements (one thread), and
+  ``mujoco.rollout`` (C threads over the batch, one per core) where it is available.
+
+flexor's Model is taken from the compiled MjModel (``flexor.mjcf.from_mujoco``), so that all
+three engines step identical parameters whatever flexor's own compiler supports. Reported: jit
+compile time (lowering plus XLA compilation of the single-environment scan), single-environment
+time per step, and batched throughput in environment-steps per second. Ratios are speed ratios:
+above 1 means flexor is faster.
+
+Run from the repository root, e.g. ``python benchmarks/bench_smooth.py --quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+MODELS = ("humanoid", "cheetah", "chain20")
+BATCHES = (64, 256, 1024)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--models", default=",".join(MODELS),
+                      help=f"comma-separated: dm_control suite names, flexor examples or MJCF "
+                           f"paths (default {','.join(MODELS)})")
+  parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                      help="comma-separated batch sizes (default 64,256,1024)")
+  parser.add_argument("--steps", type=int, default=200, help="steps per timed run (200)")
+  parser.add_argument("--repeat", type=int, default=3, help="timed runs; the fastest counts (3)")
+  parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--quick", action="store_true",
+                      help="batch 64 only, 50 steps, one timed run")
+  parser.add_argument("--no-mjx", action="store_true", help="skip MJX (slow to compile)")
+  args = parser.parse_args(argv)
+  if args.quick:
+    args.batches, args.steps, args.repeat = "64", 50, 1
+  return args
+
+
+def _model_path(name: str) -> str:
+  """An MJCF path for NAME: a file, a flexor example or a dm_control suite model."""
+  if os.path.isfile(name):
+    return name
+  from flexor import examples  # pylint: disable=import-outside-toplevel
+  if name in examples.names():
+    return examples.path(name)
+  import dm_control  # pylint: disable=import-outside-toplevel
+  path = os.path.join(os.path.dirname(dm_control.__file__), "suite", f"{name}.xml")
+  if not os.path.isfile(path):
+    raise SystemExit(f"no model {name!r}: not a file, a flexor example or a dm_control suite model")
+  return path
+
+
+def _smooth_model(path: str) -> Any:
+  """The MjModel at PATH with contacts and constraints disabled."""
+  import mujoco  # pylint: disable=import-outside-toplevel
+  m = mujoco.MjModel.from_xml_path(path)
+  bits = mujoco.mjtDisableBit
+  m.opt.disableflags |= int(bits.mjDSBL_CONTACT | bits.mjDSBL_CONSTRAINT)
+  return m
+
+
+def _best(fn: Callable[[], Any], repeat: int) -> float:
+  """Fastest wall time of ``repeat`` calls of ``fn`` (which must block until done)."""
+  times = []
+  for _ in range(repeat):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return min(times)
+
+
+def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Callable[[int], Any],
+                steps: int, batches: list[int], repeat: int) -> dict[str, Any]:
+  """Compile time, single-env step time and batched throughput of a JAX ``step(m, d)``."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  def run(m, d):
+    return jax.lax.scan(lambda d, _: (step(m, d), None), d, None, length=steps)[0]
+
+  t0 = time.perf_counter()
+  single = jax.jit(run).lower(m, d1).compile()
+  result: dict[str, Any] = {"compile": time.perf_counter() - t0}
+  final = jax.block_until_ready(single(m, d1))
+  result["finite"] = bool(np.all(np.isfinite(np.asarray(final.qpos))))
+  result["step"] = _best(lambda: jax.block_until_ready(single(m, d1)), repeat) / steps
+  for b in batches:
+    db = batch_data(b)
+    batched = jax.jit(jax.vmap(run, in_axes=(None, 0))).lower(m, db).compile()
+    final = jax.block_until_ready(batched(m, db))
+    result["finite"] &= bool(np.all(np.isfinite(np.asarray(final.qpos))))
+    result[b] = b * steps / _best(lambda: jax.block_until_ready(batched(m, db)), repeat)
+  return result
+
+
+def _flexor(mj: Any, qvel: np.ndarray, dtype: str, steps: int, batches: list[int],
+            repeat: int) -> dict[str, Any]:
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import flexor  # pylint: disable=import-outside-toplevel
+  from flexor.mjcf.from_mujoco import from_mujoco  # pylint: disable=import-outside-toplevel
+
+  m = from_mujoco(mj, dtype=np.dtype(dtype))
+
+  def data(b: int | None) -> Any:
+    d = flexor.make_data(m, batch_shape=() if b is None else (b,))
+    return d.replace(qvel=jnp.asarray(qvel[0] if b is None else qvel[:b], dtype=dtype))
+
+  return _jax_engine(flexor.step, m, data(None), data, steps, batches, repeat)
+
+
+def _mjx(mj: Any, qvel: np.ndarray, dtype: str, steps: int, batches: list[int],
+         repeat: int) -> dict[str, Any]:
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from mujoco import mjx  # pylint: disable=import-outside-toplevel
+
+  m = mjx.put_model(mj)
+  d0 = mjx.make_data(m)
+
+  def data(b: int | None) -> Any:
+    if b is None:
+      return d0.replace(qvel=jnp.asarray(qvel[0], dtype=dtype))
+    d = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,) + x.shape), d0)
+    return d.replace(qvel=jnp.asarray(qvel[:b], dtype=dtype))
+
+  return _jax_engine(mjx.step, m, data(None), data, steps, batches, repeat)
+
+
+def _mujoco(mj: Any, qvel: np.ndarray, steps: int, batches: list[int],
+            repeat: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+  """MuJoCo C: (mj_step loop results, mujoco.rollout results or None)."""
+  import mujoco  # pylint: disable=import-outside-toplevel
+
+  def fresh(i: int) -> Any:
+    d = mujoco.MjData(mj)
+    d.qvel[:] = qvel[i]
+    return d
+
+  d = fresh(0)
+  loop: dict[str, Any] = {"compile": None}
+  loop["step"] = _best(lambda: [mujoco.mj_step(mj, d) for _ in range(steps)], repeat) / steps
+  finite = True
+  for b in batches:
+    datas = [fresh(i) for i in range(b)]
+
+    def run_loop(datas=datas):
+      for _ in range(steps):
+        for d in datas:
+          mujoco.mj_step(mj, d)
+
+    loop[b] = b * steps / _best(run_loop, repeat)
+    finite &= all(np.all(np.isfinite(d.qpos)) for d in datas)
+  loop["finite"] = finite
+
+  try:
+    from mujoco import rollout  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return loop, None
+  nthread = os.cpu_count() or 1
+  spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+  state = np.zeros((max(batches), mujoco.mj_stateSize(mj, spec)))
+  for i in range(max(batches)):
+    mujoco.mj_getState(mj, fresh(i), state[i], spec)
+  pool = rollout.Rollout(nthread=nthread)
+  threads = [mujoco.MjData(mj) for _ in range(nthread)]
+  rolled: dict[str, Any] = {"compile": None, "step": None, "nthread": nthread, "finite": True}
+  for b in batches:
+    # A preallocated output, as a training loop would keep, so allocation is not timed.
+    out = np.empty((b, steps, state.shape[1]))
+    pool.rollout(mj, threads, state[:b], nstep=steps, state=out)
+    rolled["finite"] &= bool(np.all(np.isfinite(out)))
+    rolled[b] = b * steps / _best(
+        lambda b=b, out=out: pool.rollout(mj, threads, state[:b], nstep=steps, state=out), repeat)
+  pool.close()
+  return loop, rolled
+
+
+def _device() -> str:
+  import jax  # pylint: disable=import-outside-toplevel
+  dev = jax.devices()[0]
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+  except (OSError, StopIteration):
+    pass
+  kind = dev.device_kind if dev.platform != "cpu" else cpu
+  return f"{dev.platform}: {kind} ({os.cpu_count()} CPU cores)"
+
+
+def _load_average() -> str:
+  """The 1, 5 and 15 minute load averages: other work on the machine skews every timing."""
+  return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _fmt(value: float | None, kind: str) -> str:
+  if value is None:
+    return "-"
+  if kind == "s":
+    return f"{value:.2f}"
+  if kind == "us":
+    return f"{value * 1e6:.1f}"
+  return f"{value:,.0f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs the benchmark and prints the tables; returns the exit code."""
+  args = _parse(argv)
+  import jax  # pylint: disable=import-outside-toplevel
+  import mujoco  # pylint: disable=import-outside-toplevel
+  if args.dtype == "float64":
+    jax.config.update("jax_enable_x64", True)
+
+  models = [n for n in args.models.split(",") if n]
+  batches = [int(b) for b in args.batches.split(",") if b]
+  print(f"device: {_device()}")
+  print(f"jax {jax.__version__}, mujoco {mujoco.__version__}, python {platform.python_version()}, "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+  print(f"dtype {args.dtype}, {args.steps} steps per timed run, best of {args.repeat}; "
+        f"contacts and constraints disabled; ctrl = 0")
+  print(f"load average at start: {_load_average()}")
+  rng = np.random.default_rng(args.seed)
+  rows: list[tuple[str, str, dict[str, Any]]] = []
+  for name in models:
+    mj = _smooth_model(_model_path(name))
+    print(f"\n{name}: nq={mj.nq} nv={mj.nv} nbody={mj.nbody} nu={mj.nu}", flush=True)
+    qvel = 0.1 * rng.standard_normal((max(batches), mj.nv))
+    engines: list[tuple[str, Callable[[], Any]]] = [
+        ("flexor", lambda: _flexor(mj, qvel, args.dtype, args.steps, batches, args.repeat))]
+    if not args.no_mjx:
+      engines.append(("MJX", lambda: _mjx(mj, qvel, args.dtype, args.steps, batches, args.repeat)))
+    for engine, measure in engines:
+      t0 = time.perf_counter()
+      rows.append((name, engine, measure()))
+      print(f"  {engine} done in {time.perf_counter() - t0:.0f} s", flush=True)
+    t0 = time.perf_counter()
+    loop, rolled = _mujoco(mj, qvel, args.steps, batches, args.repeat)
+    rows.append((name, "MuJoCo C loop", loop))
+    if rolled is not None:
+      rows.append((name, f"MuJoCo C rollout x{rolled['nthread']}", rolled))
+    print(f"  MuJoCo C done in {time.perf_counter() - t0:.0f} s", flush=True)
+  print(f"load average at end: {_load_average()}")
+  _print_tables(rows, batches)
+  return 0 if all(r["finite"] for _, _, r in rows) else 1
+
+
+def _print_tables(rows: list[tuple[str, str, dict[str, Any]]], batches: list[int]) -> None:
+  header = (["model", "engine", "compile s", "1-env us/step"]
+            + [f"B={b} env-steps/s" for b in batches])
+  table = [header]
+  for name, engine, r in rows:
+    label = engine if r["finite"] else f"{engine} (NaN in final state!)"
+    table.append([name, label, _fmt(r["compile"], "s"), _fmt(r["step"], "us")]
+                 + [_fmt(r[b], "rate") for b in batches])
+  _print_markdown(table)
+
+  print("\nflexor relative to each engine (speed ratios: >1 means flexor is faster; "
+        "compile: other's compile time / flexor's)")
+  header = ["model", "versus", "compile", "1-env step"] + [f"B={b}" for b in batches]
+  table = [header]
+  for name, engine, r in rows:
+    if engine == "flexor":
+      continue
+    fx = next(f for n, e, f in rows if n == name and e == "flexor")
+    ratio = lambda key: "-" if r[key] is None else f"{r[key] / fx[key]:.2f}"
+    table.append([name, engine, ratio("compile"), ratio("step")]
+                 + [f"{fx[b] / r[b]:.2f}" for b in batches])
+  _print_markdown(table)
+
+
+def _print_markdown(table: list[list[str]]) -> None:
+  widths = [max(len(row[i]) for row in table if i < len(row)) for i in range(len(table[0]))]
+  for k, row in enumerate(table):
+    print("| " + " | ".join(c.rjust(w) if k and i > 1 else c.ljust(w)
+                            for i, (c, w) in enumerate(zip(row, widths))) + " |")
+    if k == 0:
+      print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+if __name__ == "__main__":
+  sys.exit(main())

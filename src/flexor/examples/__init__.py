@@ -1,0 +1,33 @@
+"""Small MJCF models bundled with flexor, written for it.
+
+* ``arm``: a three-link arm on a sprung rail (slide, ball, hinge and free joints, gravity,
+  damping, armature, springs, motors); the default model of the ``flexor`` command.
+* ``creature``: a four-legged creature tumbling in zero gravity (free, ball, hinge and slide
+  joints); its momentum is conserved.
+* ``chain20``: a planar chain of 20 hinged links under gravity; the deep tree of the benchmarks.
+
+None of them has contacts or joint limits, so everything they exercise is smooth dynamics.
+"""
+
+from __future__ import annotations
+
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def names() -> list[str]:
+  """Names of the bundled models, sorted."""
+  return sorted(f[:-4] for f in os.listdir(_HERE) if f.endswith(".xml"))
+
+
+def path(name: str) -> str:
+  """Absolute path of the bundled model ``name`` (e.g. ``"arm"``; a trailing ``.xml`` is allowed).
+
+  Raises:
+    ValueError: there is no bundled model of that name; the message lists the ones there are.
+  """
+  stem = name[:-4] if name.endswith(".xml") else name
+  if stem not in names():
+    raise ValueError(f"no bundled example named {name!r}; choose one of: {', '.join(names())}")
+  return os.path.join(_HERE, f"{stem}.xml")
