@@ -10,6 +10,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from flexor import examples
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED_CORPUS = os.path.join(HERE, "..", "..", "shared", "corpus")
 
@@ -37,9 +39,12 @@ def model_paths() -> dict[str, str]:
   """Conformance models that MuJoCo compiles, keyed by a readable test id.
 
   dm_control's suite and gymnasium's assets (both ship inside their wheels), the shared corpus
-  (MJX's test data) when present beside the repository, and tests/models.
+  (MJX's test data) when present beside the repository, tests/models and flexor's bundled
+  examples. Tests that need one particular model use a bundled one, so the suite runs without the
+  shared corpus too.
   """
-  groups = [("dmc", _suite_dir()), ("gym", _gym_dir()), ("own", os.path.join(HERE, "models"))]
+  groups = [("dmc", _suite_dir()), ("gym", _gym_dir()), ("own", os.path.join(HERE, "models")),
+            ("ex", os.path.dirname(examples.path("arm")))]
   if os.path.isdir(SHARED_CORPUS):
     groups.append(("mjx", os.path.join(SHARED_CORPUS, "mjx_test_data")))
   paths = {}

@@ -48,7 +48,7 @@ def test_conformance(name: str, field: str):
 
 # --- the public entry points themselves, on a few models ---------------------------------------
 
-ENTRY_MODELS = ("dmc/humanoid", "mjx/pendula")
+ENTRY_MODELS = ("dmc/humanoid", "ex/arm")
 
 _jit_forward = jax.jit(fx_forward)
 _jit_inverse = jax.jit(fx_inverse)

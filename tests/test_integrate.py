@@ -13,6 +13,7 @@ import mujoco
 import numpy as np
 import pytest
 
+import smooth_support
 import support
 from flexor import make_data
 from flexor.forward import forward
@@ -97,11 +98,23 @@ def _forward_error(m: mujoco.MjModel, fm, qpos: np.ndarray, qvel: np.ndarray) ->
 
 
 def check_trajectory(name: str, integrator: int | None, horizon: float):
+  if _singular(_mj_model(name, integrator)):
+    pytest.skip(f"{name}: qM is singular at the initial state, so qacc is undefined (MuJoCo "
+                "returns rounding noise, flexor NaN with warning_nan)")
   err, fwd_err = trajectory_error(name, integrator, horizon)
   if err > TRAJ_TOL and fwd_err > FWD_TOL:
     pytest.xfail(f"forward does not conform for {name} yet (qacc relerr {fwd_err:.1e} where the "
                  "trajectories part)")
   assert err <= TRAJ_TOL, f"{name}: max relative state error {err:.2e} over {horizon} s"
+
+
+def _singular(m: mujoco.MjModel) -> bool:
+  """MuJoCo's qM at the initial state has condition number above smooth_support.SINGULAR_COND."""
+  d = _initial(m)
+  mujoco.mj_forward(m, d)
+  full = np.zeros((m.nv, m.nv))
+  mujoco.mj_fullM(m, d, full)
+  return bool(m.nv) and bool(np.linalg.cond(full) > smooth_support.SINGULAR_COND)
 
 
 @functools.cache
@@ -124,12 +137,12 @@ def trajectory_error(name: str, integrator: int | None, horizon: float) -> tuple
   err = max(errors)
   if err <= TRAJ_TOL:
     return err, 0.0
-  first = next(t for t, e in enumerate(errors) if e > 1e-10)
+  first = next(t for t, e in enumerate(errors) if not e <= 1e-10)
   return err, _forward_error(m, fm, *before[first])
 
 
 def test_integrate_pos_all_joint_types():
-  m = mujoco.MjModel.from_xml_path(support.model_paths()["mjx/pendula"])
+  m = mujoco.MjModel.from_xml_path(support.model_paths()["ex/arm"])
   assert set(m.jnt_type) == {0, 1, 2, 3}
   fm = from_mujoco(m)
   f = jax.jit(integrate_pos)
@@ -143,7 +156,7 @@ def test_integrate_pos_all_joint_types():
 
 
 def test_integrate_pos_finite_gradient_at_rest():
-  m = mujoco.MjModel.from_xml_path(support.model_paths()["mjx/pendula"])
+  m = mujoco.MjModel.from_xml_path(support.model_paths()["ex/arm"])
   fm = from_mujoco(m)
   qpos = np.array(m.qpos0)
   grad = jax.jit(jax.grad(lambda v: integrate_pos(fm, qpos, v, 0.01).sum()))(np.zeros(m.nv))
@@ -161,10 +174,16 @@ def test_step_short_horizon(name):
   check_trajectory(name, None, 0.2)
 
 
+@pytest.mark.parametrize("integrator", [EULER, RK4], ids=["euler", "rk4"])
+@pytest.mark.parametrize("name", ["dmc/humanoid", "dmc/cheetah", "gym/ant"])
+def test_step_one_second(name, integrator):
+  check_trajectory(name, integrator, 1.0)
+
+
 @pytest.mark.slow
 @INTEGRATORS
 @pytest.mark.parametrize("name", LONG)
-def test_step_one_second(name, integrator):
+def test_step_one_second_every_integrator(name, integrator):
   check_trajectory(name, integrator, 1.0)
 
 

@@ -99,7 +99,7 @@ def test_jacobians_match_mujoco():
 
 
 def test_jit_equals_eager_and_vmap_equals_loop():
-  _, fm = _models("mjx/pendula")
+  _, fm = _models("ex/arm")
   rng = np.random.default_rng(2)
   qpos = jnp.asarray(np.asarray(fm.qpos0) + 0.3 * rng.normal(size=(4, fm.nq)))
   batch = make_data(fm, batch_shape=(4,)).replace(qpos=qpos)
@@ -121,7 +121,7 @@ def test_jit_equals_eager():
 
 
 def test_gradients_match_finite_differences():
-  _, fm = _models("mjx/pendula")
+  _, fm = _models("ex/arm")
   rng = np.random.default_rng(3)
   qvel = jnp.asarray(rng.normal(size=fm.nv))
   d0 = make_data(fm)
@@ -137,7 +137,7 @@ def test_gradients_match_finite_differences():
 
 
 def test_gradient_is_finite_at_rest():
-  _, fm = _models("mjx/pendula")
+  _, fm = _models("ex/arm")
   d0 = make_data(fm)
   grad = jax.jit(jax.grad(lambda qvel: jnp.sum(K.com_vel(fm, K.com_pos(fm, K.kinematics(fm, d0.replace(qvel=qvel)))).cdof_dot ** 2)))
   assert np.all(np.isfinite(grad(jnp.zeros(fm.nv))))

@@ -24,8 +24,8 @@ FLAG_VARIANTS = {
     "spring+damper": DSBL.mjDSBL_SPRING | DSBL.mjDSBL_DAMPER,
     "gravity": DSBL.mjDSBL_GRAVITY,
 }
-# Models with springs, dampers, gravity compensation (pendula) and fluids (fish, swimmer).
-FLAG_MODELS = ("mjx/pendula", "dmc/fish", "gym/swimmer", "dmc/humanoid")
+# Models with springs, dampers, gravity compensation (the bundled arm) and fluids (fish, swimmer).
+FLAG_MODELS = ("ex/arm", "dmc/fish", "gym/swimmer", "dmc/humanoid")
 
 @functools.cache
 def own_case(disable: int = 0) -> S.Case:
