@@ -66,3 +66,26 @@ def relerr(a: Any, b: Any) -> float:
   """max |a - b| / (1 + |b|), elementwise; 0 for empty arrays."""
   a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64).reshape(np.shape(a))
   return float(np.max(np.abs(a - b) / (1.0 + np.abs(b)))) if a.size else 0.0
+
+
+# Hinge, slide, ball and free joints with armature, dof damping (Euler's implicit damping path),
+# a spring and a motor, no contacts or limits: the integrator and rollout tests' small model.
+ALL_JOINTS_XML = """
+<mujoco>
+  <option timestep="0.005"/>
+  <default><joint damping="0.3" armature="0.01"/><geom type="capsule" size="0.05"/></default>
+  <worldbody>
+    <body pos="0 0 1">
+      <joint name="j0" type="hinge" axis="0 1 0" stiffness="2"/>
+      <geom fromto="0 0 0 0.3 0 0"/>
+      <body pos="0.3 0 0">
+        <joint type="slide" axis="1 0 0"/>
+        <geom fromto="0 0 0 0.2 0 0.1"/>
+        <body pos="0.2 0 0.1"><joint type="ball"/><geom fromto="0 0 0 0 0.2 -0.2" size="0.04"/></body>
+      </body>
+    </body>
+    <body pos="1 0 1"><freejoint/><geom type="box" size="0.1 0.2 0.05"/></body>
+  </worldbody>
+  <actuator><motor joint="j0" gear="1"/></actuator>
+</mujoco>
+"""

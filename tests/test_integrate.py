@@ -35,26 +35,6 @@ RK4 = mujoco.mjtIntegrator.mjINT_RK4
 IMPLICIT = mujoco.mjtIntegrator.mjINT_IMPLICIT
 IMPLICITFAST = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
 
-# Hinge, slide, ball and free joints with armature, dof damping (Euler's implicit damping path)
-# and a spring, no contacts: every integrator for 1 s in the fast suite.
-ALL_JOINTS = """
-<mujoco>
-  <option timestep="0.005"/>
-  <default><joint damping="0.3" armature="0.01"/><geom type="capsule" size="0.05"/></default>
-  <worldbody>
-    <body pos="0 0 1">
-      <joint type="hinge" axis="0 1 0" stiffness="2"/>
-      <geom fromto="0 0 0 0.3 0 0"/>
-      <body pos="0.3 0 0">
-        <joint type="slide" axis="1 0 0"/>
-        <geom fromto="0 0 0 0.2 0 0.1"/>
-        <body pos="0.2 0 0.1"><joint type="ball"/><geom fromto="0 0 0 0 0.2 -0.2" size="0.04"/></body>
-      </body>
-    </body>
-    <body pos="1 0 1"><freejoint/><geom type="box" size="0.1 0.2 0.05"/></body>
-  </worldbody>
-</mujoco>
-"""
 
 # Slow suite: every conformance model for 0.2 s with its own integrator, and this set for 1 s
 # with each integrator (free, ball, slide and hinge joints, dof damping, springs, armature).
@@ -71,7 +51,7 @@ def _rollout():
 
 def _mj_model(name: str, integrator: int | None) -> mujoco.MjModel:
   if name == "all_joints":
-    m = mujoco.MjModel.from_xml_string(ALL_JOINTS)
+    m = mujoco.MjModel.from_xml_string(support.ALL_JOINTS_XML)
   else:
     m = mujoco.MjModel.from_xml_path(support.model_paths()[name])
   m.opt.disableflags |= support.SMOOTH_ONLY

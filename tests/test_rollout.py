@@ -25,31 +25,12 @@ EPS = 1e-6
 GRAD_TOL = 1e-6
 NSTEP = 20
 
-# Every joint type, armature, dof damping and a spring; no contacts or limits (smooth dynamics).
-XML = """
-<mujoco>
-  <option timestep="0.01"/>
-  <default><joint damping="0.3" armature="0.01"/><geom type="capsule" size="0.05"/></default>
-  <worldbody>
-    <body pos="0 0 1">
-      <joint name="j0" type="hinge" axis="0 1 0" stiffness="2"/>
-      <geom fromto="0 0 0 0.3 0 0"/>
-      <body pos="0.3 0 0">
-        <joint type="slide" axis="1 0 0"/>
-        <geom fromto="0 0 0 0.2 0 0.1"/>
-        <body pos="0.2 0 0.1"><joint type="ball"/><geom fromto="0 0 0 0 0.2 -0.2" size="0.04"/></body>
-      </body>
-    </body>
-    <body pos="1 0 1"><freejoint/><geom type="box" size="0.1 0.2 0.05"/></body>
-  </worldbody>
-  <actuator><motor joint="j0" gear="1"/></actuator>
-</mujoco>
-"""
 
 
 @functools.cache
 def _model(dtype=None, integrator=None):
-  m = mujoco.MjModel.from_xml_string(XML)
+  m = mujoco.MjModel.from_xml_string(support.ALL_JOINTS_XML)
+  m.opt.timestep = 0.01  # a coarser step makes the 20-step rollout's gradients more nonlinear
   m.opt.disableflags |= int(support.SMOOTH_ONLY) & ~int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
   if integrator is not None:
     m.opt.integrator = integrator
