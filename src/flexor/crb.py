@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math
+from flexor import math, tree
 from flexor.types import Data, Model
 
 
@@ -27,7 +27,7 @@ def crb(m: Model, d: Data) -> Data:
   """
   with jax.named_scope("crb"):
     cinert = d.cinert
-    composite = jnp.asarray(m.body_subtree, dtype=cinert.dtype) @ cinert
+    composite = tree.subtree_sum(m, cinert)
     # Spatial force of each dof's subtree moving at unit speed along that dof, (nv, 6).
     dof_force = math.inert_mul(composite[m.dof_bodyid], d.cdof)
     # full[i, j] = cdof[j] . dof_force[i]; meaningful where j is an ancestor (or self) of i.

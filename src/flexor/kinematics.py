@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math
+from flexor import math, tree
 from flexor.types import Data, JointType, Model, SameFrame
 
 
@@ -127,11 +127,6 @@ def kinematics(m: Model, d: Data) -> Data:
                    site_xpos=site_xpos, site_xmat=site_xmat)
 
 
-def _mask(mask: np.ndarray, like: jax.Array) -> jax.Array:
-  """A static 0/1 mask as a constant of ``like``'s dtype."""
-  return jnp.asarray(mask, dtype=like.dtype)
-
-
 def _dof_axes(m: Model):
   """Static per-dof description of cdof: (source, column, rotational).
 
@@ -152,9 +147,8 @@ def com_pos(m: Model, d: Data) -> Data:
   with jax.named_scope("com_pos"):
     mass = m.body_mass
     weighted = mass[:, None] * d.xipos
-    subtree = _mask(m.body_subtree, mass)
-    smass = subtree @ mass
-    scom = subtree @ weighted
+    smass = tree.subtree_sum(m, mass)
+    scom = tree.subtree_sum(m, weighted)
     total = jnp.sum(mass)
     smass = smass.at[0].set(total)
     scom = scom.at[0].set(jnp.sum(weighted, axis=0))
@@ -181,8 +175,8 @@ def com_vel(m: Model, d: Data) -> Data:
   """Computes cvel (body spatial velocities) and cdof_dot (time derivatives of cdof)."""
   with jax.named_scope("com_vel"):
     dof_vel = d.cdof * d.qvel[:, None]
-    cvel = _mask(m.body_dof, dof_vel) @ dof_vel
-    before = _mask(m.dof_cdofdot, dof_vel) @ dof_vel
+    cvel = tree.path_sum(m, dof_vel)
+    before = tree.masked_sum(m.dof_cdofdot, dof_vel)
     cdof_dot = math.motion_cross(before, d.cdof)
   return d.replace(cvel=cvel, cdof_dot=cdof_dot)
 
@@ -196,7 +190,7 @@ def jac(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array):
   Returns:
     jacp (n, nv, 3), jacr (n, nv, 3): d(point velocity)/d(qvel), d(body angular velocity)/d(qvel).
   """
-  moves = _mask(m.body_dof, d.cdof)[body]                          # (n, nv)
+  moves = jnp.asarray(m.body_dof, dtype=d.cdof.dtype)[body]         # (n, nv)
   offset = point - d.subtree_com[jnp.asarray(m.body_rootid)[body]]  # (n, 3)
   ang = d.cdof[None, :, :3]
   jacp = d.cdof[None, :, 3:] + math.cross(ang, offset[:, None, :])
@@ -215,5 +209,5 @@ def apply_ft(m: Model, d: Data, force: jax.Array, torque: jax.Array, point: jax.
   """
   offset = point - d.subtree_com[m.body_rootid]
   spatial = jnp.concatenate([torque + math.cross(offset, force), force], axis=-1)  # (nbody, 6)
-  per_dof = _mask(m.body_dof, spatial).T @ spatial                                 # (nv, 6)
+  per_dof = tree.to_dofs(m, spatial)                                              # (nv, 6)
   return jnp.sum(d.cdof * per_dof, axis=-1)

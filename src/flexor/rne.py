@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math
+from flexor import math, tree
 from flexor.types import Data, DisableBit, Model
 
 
@@ -22,7 +22,7 @@ def _cacc(m: Model, d: Data, flg_acc: bool) -> jax.Array:
   dof_acc = d.cdof_dot * d.qvel[:, None]
   if flg_acc:
     dof_acc = dof_acc + d.cdof * d.qacc[:, None]
-  cacc = jnp.asarray(m.body_dof, dtype=dof_acc.dtype) @ dof_acc
+  cacc = tree.path_sum(m, dof_acc)
   if not m.opt.disabled(DisableBit.GRAVITY):
     world = jnp.concatenate([jnp.zeros(3, dtype=cacc.dtype), -m.opt.gravity])
     cacc = cacc + world[None, :]
@@ -45,7 +45,7 @@ def rne(m: Model, d: Data, flg_acc: bool = False) -> jax.Array:
   """
   with jax.named_scope("rne"):
     cfrc_body = _cfrc_body(d, _cacc(m, d, flg_acc))
-    cfrc = jnp.asarray(m.body_subtree, dtype=cfrc_body.dtype) @ cfrc_body
+    cfrc = tree.subtree_sum(m, cfrc_body)
     return jnp.sum(d.cdof * cfrc[m.dof_bodyid], axis=-1)
 
 
@@ -70,7 +70,7 @@ def rne_postconstraint(m: Model, d: Data) -> Data:
     cfrc_ext = jnp.concatenate([torque + math.cross(offset, force), force], axis=-1)
     cfrc_ext = cfrc_ext.at[0].set(0.0)
     own = _cfrc_body(d, cacc) - cfrc_ext  # zero on the world row (zero cinert and cfrc_ext)
-    cfrc_int = jnp.asarray(m.body_subtree, dtype=own.dtype) @ own
+    cfrc_int = tree.subtree_sum(m, own)
     roots = (m.body_parentid == 0) & (np.arange(m.nbody) > 0)
     cfrc_int = cfrc_int.at[0].set(jnp.asarray(roots, dtype=own.dtype) @ cfrc_int)
   return d.replace(cacc=cacc, cfrc_ext=cfrc_ext, cfrc_int=cfrc_int)

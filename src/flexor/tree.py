@@ -15,13 +15,19 @@ here:
 * ``dof_cdofdot[i, j]``: dof j's velocity enters ``cvel`` before dof i is applied, as in
   ``mj_comVel``: strict dof ancestors, except the other rotational dofs of the same ball or free
   joint.
+
+The device-side sums over these masks are named once, at the end of this module
+(``subtree_sum``, ``path_sum``, ``to_dofs``), so that a sparse variant can replace them in one
+place.
 """
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from flexor.types import JointType
+from flexor.types import JointType, Model
 
 
 def body_depth(parentid: np.ndarray) -> np.ndarray:
@@ -99,3 +105,23 @@ def tree_tables(body_parentid: np.ndarray, jnt_type: np.ndarray, jnt_bodyid: np.
   return dict(body_depth=body_depth(body_parentid), body_jump=jump_table(body_parentid),
               body_subtree=subtree, body_dof=body_dof, dof_ancestor=dof_ancestor,
               dof_cdofdot=dof_cdofdot, jnt_slot=jnt_slot)
+
+
+def masked_sum(mask: np.ndarray, x: jax.Array) -> jax.Array:
+  """``mask @ x`` for a static 0/1 mask (k, n) and x (n, ...): row i sums x over mask[i]."""
+  return jnp.tensordot(jnp.asarray(mask, dtype=x.dtype), x, axes=1)
+
+
+def subtree_sum(m: Model, x: jax.Array) -> jax.Array:
+  """Sums per-body x (nbody, ...) over each body's subtree (backward pass); row 0 is zero."""
+  return masked_sum(m.body_subtree, x)
+
+
+def path_sum(m: Model, x: jax.Array) -> jax.Array:
+  """Sums per-dof x (nv, ...) over the dofs that move each body (forward pass), (nbody, ...)."""
+  return masked_sum(m.body_dof, x)
+
+
+def to_dofs(m: Model, x: jax.Array) -> jax.Array:
+  """Sums per-body x (nbody, ...) into the dofs that move those bodies, (nv, ...)."""
+  return masked_sum(m.body_dof.T, x)

@@ -118,6 +118,7 @@ class TrnType(enum.IntEnum):
   TENDON = 3
   SITE = 4
   BODY = 5
+  SO3 = 6
 
 
 class DynType(enum.IntEnum):
@@ -128,7 +129,9 @@ class DynType(enum.IntEnum):
   FILTER = 2
   FILTEREXACT = 3
   MUSCLE = 4
-  USER = 5
+  DCMOTOR = 5
+  PID = 6
+  USER = 7
 
 
 class GainType(enum.IntEnum):
@@ -137,7 +140,10 @@ class GainType(enum.IntEnum):
   FIXED = 0
   AFFINE = 1
   MUSCLE = 2
-  USER = 3
+  DCMOTOR = 3
+  SO3 = 4
+  PID = 5
+  USER = 6
 
 
 class BiasType(enum.IntEnum):
@@ -146,7 +152,9 @@ class BiasType(enum.IntEnum):
   NONE = 0
   AFFINE = 1
   MUSCLE = 2
-  USER = 3
+  DCMOTOR = 3
+  SO3 = 4
+  USER = 5
 
 
 class ObjType(enum.IntEnum):
@@ -324,6 +332,7 @@ class Option(_Node):
   noslip_iterations: int
   disableflags: int            # DisableBit
   enableflags: int             # EnableBit
+  disableactuator: int         # bit k set: actuators of group k are disabled
 
   def disabled(self, bit: DisableBit) -> bool:
     """True if ``bit`` is set in ``disableflags`` (static: usable in Python control flow)."""
@@ -334,13 +343,42 @@ class Option(_Node):
     return bool(self.enableflags & bit)
 
 
+_REQUIRED = object()
+
+
+def _field(size: str | None = None, *shape: int | str, fill: Any = _REQUIRED, derived: bool = False):
+  """One row of a struct's field table: a dataclass field whose metadata says how to build it.
+
+  Args:
+    size: the size attribute giving the leading dimension (``"nbody"``, ``"nv"``, ...); None for
+      scalars, options and variable-length host data.
+    *shape: trailing dimensions, numbers or size attributes.
+    fill: the value of every element when the compiler gives none (Model) or at reset (Data);
+      Model fields without one are required from the compiler.
+    derived: computed by ``assemble`` or the compile-time constants pass rather than read from
+      the MJCF (Model), so ``from_mujoco`` does not copy it.
+  """
+  return dataclasses.field(metadata=dict(size=size, shape=shape, fill=fill, derived=derived))
+
+
+def field_table(cls: type) -> dict[str, dict[str, Any]]:
+  """{name: metadata} of every field of Model or Data declared with ``_field``, in order."""
+  return {f.name: dict(f.metadata) for f in dataclasses.fields(cls) if "size" in f.metadata}
+
+
+_SOLREF = (0.02, 1.0)
+_SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
+
+
 class Model(_Node):
   """A compiled model: mjModel's fields, names and element ordering.
 
-  Integer structure is static numpy; real-valued parameters are traced ``jax.Array`` leaves.
-  Fields below the "tree tables" heading have no mjModel counterpart: they are static tables
-  derived from the kinematic tree once, at compile time, so that every tree recursion after
-  forward kinematics is a matmul with a 0/1 mask (see ``flexor.tree``).
+  Integer structure is static numpy; real-valued parameters are traced ``jax.Array`` leaves. The
+  declarations below are the field table that ``assemble`` (defaults, shapes, dtypes) and
+  ``from_mujoco`` (what to copy) read. Fields below the "tree tables" heading have no mjModel
+  counterpart: they are static tables derived from the kinematic tree once, at compile time, so
+  that every tree recursion after forward kinematics is a matmul with a 0/1 mask (see
+  ``flexor.tree``).
   """
 
   # sizes
@@ -353,138 +391,156 @@ class Model(_Node):
   ngeom: int
   nsite: int
   nmesh: int
+  nmeshvert: int
   ntendon: int
+  nwrap: int
   nmocap: int
   neq: int
   nkey: int
   opt: Option
 
-  # bodies, (nbody, ...)
-  body_parentid: np.ndarray
-  body_rootid: np.ndarray
-  body_weldid: np.ndarray
-  body_mocapid: np.ndarray
-  body_jntnum: np.ndarray
-  body_jntadr: np.ndarray
-  body_dofnum: np.ndarray
-  body_dofadr: np.ndarray
-  body_geomnum: np.ndarray
-  body_geomadr: np.ndarray
-  body_sameframe: np.ndarray   # mjtSameFrame of the inertial frame
-  body_pos: jax.Array           # (nbody, 3) position offset rel. to parent body
-  body_quat: jax.Array          # (nbody, 4) orientation offset rel. to parent body
-  body_ipos: jax.Array          # (nbody, 3) local position of centre of mass
-  body_iquat: jax.Array         # (nbody, 4) local orientation of inertia ellipsoid
-  body_mass: jax.Array          # (nbody,) kg
-  body_subtreemass: jax.Array   # (nbody,) kg
-  body_inertia: jax.Array       # (nbody, 3) diagonal inertia in ipos/iquat frame, kg m^2
-  body_gravcomp: jax.Array      # (nbody,) antigravity force, units of body weight
+  # bodies
+  body_parentid: np.ndarray = _field("nbody")
+  body_rootid: np.ndarray = _field("nbody", derived=True)
+  body_weldid: np.ndarray = _field("nbody", derived=True)
+  body_mocapid: np.ndarray = _field("nbody", fill=-1)
+  body_jntnum: np.ndarray = _field("nbody", derived=True)
+  body_jntadr: np.ndarray = _field("nbody", derived=True)
+  body_dofnum: np.ndarray = _field("nbody", derived=True)
+  body_dofadr: np.ndarray = _field("nbody", derived=True)
+  body_geomnum: np.ndarray = _field("nbody", derived=True)
+  body_geomadr: np.ndarray = _field("nbody", derived=True)
+  body_sameframe: np.ndarray = _field("nbody", fill=0)  # mjtSameFrame of the inertial frame
+  body_pos: jax.Array = _field("nbody", 3)         # position offset rel. to parent body
+  body_quat: jax.Array = _field("nbody", 4)        # orientation offset rel. to parent body
+  body_ipos: jax.Array = _field("nbody", 3)        # local position of centre of mass
+  body_iquat: jax.Array = _field("nbody", 4)       # local orientation of inertia ellipsoid
+  body_mass: jax.Array = _field("nbody")           # kg
+  body_subtreemass: jax.Array = _field("nbody", derived=True)  # kg
+  body_inertia: jax.Array = _field("nbody", 3)     # diagonal inertia in ipos/iquat frame, kg m^2
+  body_gravcomp: jax.Array = _field("nbody", fill=0.0)  # antigravity force, units of body weight
 
-  # joints, (njnt, ...)
-  jnt_type: np.ndarray
-  jnt_qposadr: np.ndarray
-  jnt_dofadr: np.ndarray
-  jnt_bodyid: np.ndarray
-  jnt_group: np.ndarray
-  jnt_limited: np.ndarray
-  jnt_actfrclimited: np.ndarray
-  jnt_actgravcomp: np.ndarray
-  jnt_solref: jax.Array         # (njnt, 2)
-  jnt_solimp: jax.Array         # (njnt, 5)
-  jnt_pos: jax.Array            # (njnt, 3) local anchor position
-  jnt_axis: jax.Array           # (njnt, 3) local joint axis
-  jnt_stiffness: jax.Array      # (njnt,) N/m or Nm/rad
-  jnt_range: jax.Array          # (njnt, 2) m or rad
-  jnt_actfrcrange: jax.Array    # (njnt, 2)
-  jnt_margin: jax.Array         # (njnt,)
+  # joints
+  jnt_type: np.ndarray = _field("njnt")
+  jnt_qposadr: np.ndarray = _field("njnt", derived=True)
+  jnt_dofadr: np.ndarray = _field("njnt", derived=True)
+  jnt_bodyid: np.ndarray = _field("njnt")
+  jnt_group: np.ndarray = _field("njnt", fill=0)
+  jnt_limited: np.ndarray = _field("njnt", fill=0)
+  jnt_actfrclimited: np.ndarray = _field("njnt", fill=0)
+  jnt_actgravcomp: np.ndarray = _field("njnt", fill=0)
+  jnt_solref: jax.Array = _field("njnt", 2, fill=_SOLREF)
+  jnt_solimp: jax.Array = _field("njnt", 5, fill=_SOLIMP)
+  jnt_pos: jax.Array = _field("njnt", 3)           # local anchor position
+  jnt_axis: jax.Array = _field("njnt", 3)          # local joint axis
+  jnt_stiffness: jax.Array = _field("njnt", fill=0.0)  # N/m or Nm/rad
+  jnt_stiffnesspoly: jax.Array = _field("njnt", 2, fill=0.0)  # quadratic, cubic coefficients
+  jnt_springyield: jax.Array = _field("njnt", fill=0.0)  # plastic yield threshold; 0: elastic
+  jnt_range: jax.Array = _field("njnt", 2, fill=0.0)  # m or rad
+  jnt_actfrcrange: jax.Array = _field("njnt", 2, fill=0.0)
+  jnt_margin: jax.Array = _field("njnt", fill=0.0)
 
-  # dofs, (nv, ...)
-  dof_bodyid: np.ndarray
-  dof_jntid: np.ndarray
-  dof_parentid: np.ndarray
-  dof_solref: jax.Array         # (nv, 2)
-  dof_solimp: jax.Array         # (nv, 5)
-  dof_frictionloss: jax.Array   # (nv,)
-  dof_armature: jax.Array       # (nv,) kg m^2 or kg
-  dof_damping: jax.Array        # (nv,) N s/m or Nm s/rad
+  # dofs
+  dof_bodyid: np.ndarray = _field("nv", derived=True)
+  dof_jntid: np.ndarray = _field("nv", derived=True)
+  dof_parentid: np.ndarray = _field("nv", derived=True)
+  dof_solref: jax.Array = _field("nv", 2, fill=_SOLREF)
+  dof_solimp: jax.Array = _field("nv", 5, fill=_SOLIMP)
+  dof_frictionloss: jax.Array = _field("nv", fill=0.0)
+  dof_armature: jax.Array = _field("nv", fill=0.0)   # kg m^2 or kg
+  dof_damping: jax.Array = _field("nv", fill=0.0)    # N s/m or Nm s/rad
+  dof_dampingpoly: jax.Array = _field("nv", 2, fill=0.0)  # quadratic, cubic coefficients
 
-  # geoms, (ngeom, ...)
-  geom_type: np.ndarray
-  geom_contype: np.ndarray
-  geom_conaffinity: np.ndarray
-  geom_condim: np.ndarray
-  geom_bodyid: np.ndarray
-  geom_dataid: np.ndarray
-  geom_group: np.ndarray
-  geom_priority: np.ndarray
-  geom_sameframe: np.ndarray
-  geom_solmix: jax.Array        # (ngeom,)
-  geom_solref: jax.Array        # (ngeom, 2)
-  geom_solimp: jax.Array        # (ngeom, 5)
-  geom_size: jax.Array          # (ngeom, 3)
-  geom_rbound: jax.Array        # (ngeom,)
-  geom_pos: jax.Array           # (ngeom, 3)
-  geom_quat: jax.Array          # (ngeom, 4)
-  geom_friction: jax.Array      # (ngeom, 3)
-  geom_margin: jax.Array        # (ngeom,)
-  geom_gap: jax.Array           # (ngeom,)
+  # geoms
+  geom_type: np.ndarray = _field("ngeom")
+  geom_contype: np.ndarray = _field("ngeom", fill=1)
+  geom_conaffinity: np.ndarray = _field("ngeom", fill=1)
+  geom_condim: np.ndarray = _field("ngeom", fill=3)
+  geom_bodyid: np.ndarray = _field("ngeom")
+  geom_dataid: np.ndarray = _field("ngeom", fill=-1)
+  geom_group: np.ndarray = _field("ngeom", fill=0)
+  geom_priority: np.ndarray = _field("ngeom", fill=0)
+  geom_sameframe: np.ndarray = _field("ngeom", fill=0)
+  geom_solmix: jax.Array = _field("ngeom", fill=1.0)
+  geom_solref: jax.Array = _field("ngeom", 2, fill=_SOLREF)
+  geom_solimp: jax.Array = _field("ngeom", 5, fill=_SOLIMP)
+  geom_size: jax.Array = _field("ngeom", 3)
+  geom_rbound: jax.Array = _field("ngeom", fill=0.0)
+  geom_pos: jax.Array = _field("ngeom", 3)
+  geom_quat: jax.Array = _field("ngeom", 4)
+  geom_friction: jax.Array = _field("ngeom", 3, fill=(1.0, 0.005, 0.0001))
+  geom_margin: jax.Array = _field("ngeom", fill=0.0)
+  geom_gap: jax.Array = _field("ngeom", fill=0.0)
+  geom_fluid: jax.Array = _field("ngeom", 12, fill=0.0)  # ellipsoid fluid model, see passive
 
-  # sites, (nsite, ...)
-  site_bodyid: np.ndarray
-  site_sameframe: np.ndarray
-  site_pos: jax.Array           # (nsite, 3)
-  site_quat: jax.Array          # (nsite, 4)
-  site_size: jax.Array          # (nsite, 3)
+  # sites
+  site_bodyid: np.ndarray = _field("nsite")
+  site_sameframe: np.ndarray = _field("nsite", fill=0)
+  site_pos: jax.Array = _field("nsite", 3)
+  site_quat: jax.Array = _field("nsite", 4)
+  site_size: jax.Array = _field("nsite", 3, fill=0.005)
 
-  # meshes, (nmesh, ...): vertices stay host-side until collision needs them
-  mesh_vertadr: np.ndarray
-  mesh_vertnum: np.ndarray
-  mesh_vert: np.ndarray         # (nmeshvert, 3) in the mesh's centred, principal frame
+  # meshes: vertices stay host-side until collision needs them
+  mesh_vertadr: np.ndarray = _field("nmesh", fill=0)
+  mesh_vertnum: np.ndarray = _field("nmesh", fill=0)
+  mesh_vert: np.ndarray = _field("nmeshvert", 3, fill=0.0)  # in the mesh's centred, principal frame
 
-  # actuators, (nu, ...)
-  actuator_trntype: np.ndarray
-  actuator_dyntype: np.ndarray
-  actuator_gaintype: np.ndarray
-  actuator_biastype: np.ndarray
-  actuator_trnid: np.ndarray    # (nu, 2)
-  actuator_actadr: np.ndarray
-  actuator_actnum: np.ndarray
-  actuator_ctrllimited: np.ndarray
-  actuator_forcelimited: np.ndarray
-  actuator_actlimited: np.ndarray
-  actuator_actearly: np.ndarray
-  actuator_dynprm: jax.Array    # (nu, 10)
-  actuator_gainprm: jax.Array   # (nu, 10)
-  actuator_biasprm: jax.Array   # (nu, 10)
-  actuator_ctrlrange: jax.Array   # (nu, 2)
-  actuator_forcerange: jax.Array  # (nu, 2)
-  actuator_actrange: jax.Array    # (nu, 2)
-  actuator_gear: jax.Array        # (nu, 6)
-  actuator_cranklength: jax.Array  # (nu,)
-  actuator_lengthrange: jax.Array  # (nu, 2)
+  # tendons; a tendon's path is wrap_*[tendon_adr : tendon_adr + tendon_num]
+  tendon_adr: np.ndarray = _field("ntendon", fill=0)
+  tendon_num: np.ndarray = _field("ntendon", fill=0)
+  tendon_limited: np.ndarray = _field("ntendon", fill=0)
+  tendon_actfrclimited: np.ndarray = _field("ntendon", fill=0)
+  tendon_range: jax.Array = _field("ntendon", 2, fill=0.0)       # m
+  tendon_actfrcrange: jax.Array = _field("ntendon", 2, fill=0.0)  # N, total actuator force
+  tendon_stiffness: jax.Array = _field("ntendon", fill=0.0)      # N/m
+  tendon_stiffnesspoly: jax.Array = _field("ntendon", 2, fill=0.0)
+  tendon_damping: jax.Array = _field("ntendon", fill=0.0)        # N s/m
+  tendon_dampingpoly: jax.Array = _field("ntendon", 2, fill=0.0)
+  tendon_armature: jax.Array = _field("ntendon", fill=0.0)       # kg
+  tendon_frictionloss: jax.Array = _field("ntendon", fill=0.0)
+  tendon_lengthspring: jax.Array = _field("ntendon", 2, fill=0.0)  # spring dead band, m
+  tendon_length0: jax.Array = _field("ntendon", fill=0.0)        # length at qpos0, m
+  wrap_type: np.ndarray = _field("nwrap", fill=0)    # WrapType
+  wrap_objid: np.ndarray = _field("nwrap", fill=-1)  # joint, site or geom id
+  wrap_prm: jax.Array = _field("nwrap", fill=0.0)    # joint coef, pulley divisor or sidesite id
 
-  # tendons, equality constraints: parsed and stored; their stages come later
-  tendon_num: np.ndarray
-  tendon_adr: np.ndarray
-  tendon_limited: np.ndarray
-  wrap_type: np.ndarray
-  wrap_objid: np.ndarray
-  wrap_prm: jax.Array           # (nwrap,)
-  tendon_range: jax.Array       # (ntendon, 2)
-  tendon_stiffness: jax.Array   # (ntendon,)
-  tendon_damping: jax.Array     # (ntendon,)
-  tendon_lengthspring: jax.Array  # (ntendon, 2)
-  eq_type: np.ndarray
-  eq_obj1id: np.ndarray
-  eq_obj2id: np.ndarray
-  eq_active0: np.ndarray
-  eq_data: jax.Array            # (neq, 12)
-  eq_solref: jax.Array          # (neq, 2)
-  eq_solimp: jax.Array          # (neq, 5)
+  # actuators
+  actuator_trntype: np.ndarray = _field("nu", fill=0)
+  actuator_dyntype: np.ndarray = _field("nu", fill=0)
+  actuator_gaintype: np.ndarray = _field("nu", fill=0)
+  actuator_biastype: np.ndarray = _field("nu", fill=0)
+  actuator_trnid: np.ndarray = _field("nu", 2, fill=-1)
+  actuator_actadr: np.ndarray = _field("nu", fill=-1)
+  actuator_actnum: np.ndarray = _field("nu", fill=0)
+  actuator_group: np.ndarray = _field("nu", fill=0)
+  actuator_ctrllimited: np.ndarray = _field("nu", fill=0)
+  actuator_forcelimited: np.ndarray = _field("nu", fill=0)
+  actuator_actlimited: np.ndarray = _field("nu", fill=0)
+  actuator_actearly: np.ndarray = _field("nu", fill=0)
+  actuator_dynprm: jax.Array = _field("nu", 10, fill=0.0)
+  actuator_gainprm: jax.Array = _field("nu", 10, fill=0.0)
+  actuator_biasprm: jax.Array = _field("nu", 10, fill=0.0)
+  actuator_ctrlrange: jax.Array = _field("nu", 2, fill=0.0)
+  actuator_forcerange: jax.Array = _field("nu", 2, fill=0.0)
+  actuator_actrange: jax.Array = _field("nu", 2, fill=0.0)
+  actuator_gear: jax.Array = _field("nu", 6, fill=0.0)
+  actuator_cranklength: jax.Array = _field("nu", fill=0.0)
+  actuator_acc0: jax.Array = _field("nu", fill=0.0)         # |qM^-1 moment| at qpos0
+  actuator_length0: jax.Array = _field("nu", fill=0.0)      # length at qpos0
+  actuator_lengthrange: jax.Array = _field("nu", 2, fill=0.0)
+
+  # equality constraints
+  eq_type: np.ndarray = _field("neq", fill=0)
+  eq_obj1id: np.ndarray = _field("neq", fill=-1)
+  eq_obj2id: np.ndarray = _field("neq", fill=-1)
+  eq_active0: np.ndarray = _field("neq", fill=1)
+  eq_data: jax.Array = _field("neq", 12, fill=0.0)
+  eq_solref: jax.Array = _field("neq", 2, fill=_SOLREF)
+  eq_solimp: jax.Array = _field("neq", 5, fill=_SOLIMP)
 
   # joint positions
-  qpos0: jax.Array              # (nq,) reference pose
-  qpos_spring: jax.Array        # (nq,) spring reference pose
+  qpos0: jax.Array = _field("nq")                  # reference pose
+  qpos_spring: jax.Array = _field("nq")            # spring reference pose
 
   # keyframes: host-side numpy, used to initialise Data
   key_time: np.ndarray          # (nkey,)
@@ -522,80 +578,94 @@ class Model(_Node):
       raise KeyError(f"no {kind} named {name!r}; known: {', '.join(n for n in names if n)}") from None
 
 
+_EYE3 = tuple(map(tuple, np.eye(3)))
+_UNIT_QUAT = (1.0, 0.0, 0.0, 0.0)
+
+
 @struct.dataclass
 class Data:
   """Simulation state and every quantity computed from it (mjData's names).
 
   Shapes without a batch prefix; ``make_data(model, batch_shape)`` adds one. Matrices that MuJoCo
   stores flattened or sparse are dense here: ``xmat`` (nbody, 3, 3), ``qM`` (nv, nv),
-  ``actuator_moment`` (nu, nv), ``ten_J`` (ntendon, nv).
+  ``actuator_moment`` (nu, nv), ``ten_J`` (ntendon, nv). The declarations are the field table
+  ``make_data`` reads: each field's size, trailing shape and reset value.
   """
 
   # state
-  time: jax.Array               # () s
-  qpos: jax.Array               # (nq,)
-  qvel: jax.Array               # (nv,)
-  act: jax.Array                # (na,)
-  qacc_warmstart: jax.Array     # (nv,)
+  time: jax.Array = _field(None, fill=0.0)            # s
+  qpos: jax.Array = _field("nq")                      # reset to qpos0
+  qvel: jax.Array = _field("nv", fill=0.0)
+  act: jax.Array = _field("na", fill=0.0)
+  qacc_warmstart: jax.Array = _field("nv", fill=0.0)
   # controls and applied forces
-  ctrl: jax.Array               # (nu,)
-  qfrc_applied: jax.Array       # (nv,)
-  xfrc_applied: jax.Array       # (nbody, 6) world-frame (force, torque) at xipos
-  mocap_pos: jax.Array          # (nmocap, 3)
-  mocap_quat: jax.Array         # (nmocap, 4)
+  ctrl: jax.Array = _field("nu", fill=0.0)
+  qfrc_applied: jax.Array = _field("nv", fill=0.0)
+  xfrc_applied: jax.Array = _field("nbody", 6, fill=0.0)  # world (force, torque) at xipos
+  mocap_pos: jax.Array = _field("nmocap", 3)          # reset to the mocap bodies' body_pos
+  mocap_quat: jax.Array = _field("nmocap", 4)         # reset to their body_quat
   # dynamics output
-  qacc: jax.Array               # (nv,)
-  act_dot: jax.Array            # (na,)
+  qacc: jax.Array = _field("nv", fill=0.0)
+  act_dot: jax.Array = _field("na", fill=0.0)
   # kinematics
-  xpos: jax.Array               # (nbody, 3)
-  xquat: jax.Array              # (nbody, 4)
-  xmat: jax.Array               # (nbody, 3, 3)
-  xipos: jax.Array              # (nbody, 3)
-  ximat: jax.Array              # (nbody, 3, 3)
-  xanchor: jax.Array            # (njnt, 3)
-  xaxis: jax.Array              # (njnt, 3)
-  geom_xpos: jax.Array          # (ngeom, 3)
-  geom_xmat: jax.Array          # (ngeom, 3, 3)
-  site_xpos: jax.Array          # (nsite, 3)
-  site_xmat: jax.Array          # (nsite, 3, 3)
+  xpos: jax.Array = _field("nbody", 3, fill=0.0)
+  xquat: jax.Array = _field("nbody", 4, fill=_UNIT_QUAT)
+  xmat: jax.Array = _field("nbody", 3, 3, fill=_EYE3)
+  xipos: jax.Array = _field("nbody", 3, fill=0.0)
+  ximat: jax.Array = _field("nbody", 3, 3, fill=_EYE3)
+  xanchor: jax.Array = _field("njnt", 3, fill=0.0)
+  xaxis: jax.Array = _field("njnt", 3, fill=0.0)
+  geom_xpos: jax.Array = _field("ngeom", 3, fill=0.0)
+  geom_xmat: jax.Array = _field("ngeom", 3, 3, fill=_EYE3)
+  site_xpos: jax.Array = _field("nsite", 3, fill=0.0)
+  site_xmat: jax.Array = _field("nsite", 3, 3, fill=_EYE3)
   # com-based quantities: spatial vectors are (rotation, translation) about subtree_com[root]
-  subtree_com: jax.Array        # (nbody, 3)
-  cinert: jax.Array             # (nbody, 10) (Ixx Iyy Izz Ixy Ixz Iyz, m*c, m)
-  crb: jax.Array                # (nbody, 10) composite rigid-body inertia
-  cdof: jax.Array               # (nv, 6)
-  cvel: jax.Array               # (nbody, 6)
-  cdof_dot: jax.Array           # (nv, 6)
-  cacc: jax.Array               # (nbody, 6)
-  cfrc_int: jax.Array           # (nbody, 6)
-  cfrc_ext: jax.Array           # (nbody, 6)
-  # tendons and actuators
-  ten_length: jax.Array         # (ntendon,)
-  ten_J: jax.Array              # (ntendon, nv)
-  ten_velocity: jax.Array       # (ntendon,)
-  actuator_length: jax.Array    # (nu,)
-  actuator_moment: jax.Array    # (nu, nv)
-  actuator_velocity: jax.Array  # (nu,)
-  actuator_force: jax.Array     # (nu,)
+  subtree_com: jax.Array = _field("nbody", 3, fill=0.0)
+  cinert: jax.Array = _field("nbody", 10, fill=0.0)   # (Ixx Iyy Izz Ixy Ixz Iyz, m*c, m)
+  crb: jax.Array = _field("nbody", 10, fill=0.0)      # composite rigid-body inertia
+  cdof: jax.Array = _field("nv", 6, fill=0.0)
+  cvel: jax.Array = _field("nbody", 6, fill=0.0)
+  cdof_dot: jax.Array = _field("nv", 6, fill=0.0)
+  cacc: jax.Array = _field("nbody", 6, fill=0.0)
+  cfrc_int: jax.Array = _field("nbody", 6, fill=0.0)
+  cfrc_ext: jax.Array = _field("nbody", 6, fill=0.0)
+  # tendons: ten_wrapadr/ten_wrapnum index wrap_obj/wrap_xpos, one row per path point
+  ten_wrapadr: jax.Array = _field("ntendon", fill=0)   # int
+  ten_wrapnum: jax.Array = _field("ntendon", fill=0)   # int
+  ten_length: jax.Array = _field("ntendon", fill=0.0)                # m
+  ten_J: jax.Array = _field("ntendon", "nv", fill=0.0)
+  ten_velocity: jax.Array = _field("ntendon", fill=0.0)              # m/s
+  wrap_obj: jax.Array = _field("nwrap", 2, fill=0)   # int: geom id, -1 site, -2 pulley
+  wrap_xpos: jax.Array = _field("nwrap", 6, fill=0.0)    # path points, 2 per row
+  # actuators
+  actuator_length: jax.Array = _field("nu", fill=0.0)
+  actuator_moment: jax.Array = _field("nu", "nv", fill=0.0)
+  actuator_velocity: jax.Array = _field("nu", fill=0.0)
+  actuator_force: jax.Array = _field("nu", fill=0.0)
   # joint-space quantities
-  qM: jax.Array                 # (nv, nv) joint-space inertia incl. armature
-  qLD: jax.Array                # (nv, nv) lower Cholesky factor of qM (dense, unlike MuJoCo's LDL')
-  qfrc_bias: jax.Array          # (nv,) Coriolis, centrifugal and gravity
-  qfrc_spring: jax.Array        # (nv,)
-  qfrc_damper: jax.Array        # (nv,)
-  qfrc_gravcomp: jax.Array      # (nv,)
-  qfrc_fluid: jax.Array         # (nv,)
-  qfrc_passive: jax.Array       # (nv,)
-  qfrc_actuator: jax.Array      # (nv,)
-  qfrc_smooth: jax.Array        # (nv,)
-  qacc_smooth: jax.Array        # (nv,)
-  qfrc_constraint: jax.Array    # (nv,)
-  qfrc_inverse: jax.Array       # (nv,)
+  qM: jax.Array = _field("nv", "nv", fill=0.0)        # joint-space inertia incl. armature
+  qLD: jax.Array = _field("nv", "nv", fill=0.0)       # lower Cholesky factor of qM (not LDL')
+  qfrc_bias: jax.Array = _field("nv", fill=0.0)       # Coriolis, centrifugal and gravity
+  qfrc_spring: jax.Array = _field("nv", fill=0.0)
+  qfrc_damper: jax.Array = _field("nv", fill=0.0)
+  qfrc_gravcomp: jax.Array = _field("nv", fill=0.0)
+  qfrc_fluid: jax.Array = _field("nv", fill=0.0)
+  qfrc_passive: jax.Array = _field("nv", fill=0.0)
+  qfrc_actuator: jax.Array = _field("nv", fill=0.0)
+  qfrc_smooth: jax.Array = _field("nv", fill=0.0)
+  qacc_smooth: jax.Array = _field("nv", fill=0.0)
+  qfrc_constraint: jax.Array = _field("nv", fill=0.0)
+  qfrc_inverse: jax.Array = _field("nv", fill=0.0)
   # diagnostics: set under jit, checked by the caller
-  warning_nan: jax.Array        # () bool: a state or acceleration became non-finite
+  warning_nan: jax.Array = _field(None, fill=False)   # bool: a state or acceleration became non-finite
+
+
+def _size(model: Model, key: int | str) -> int:
+  return key if isinstance(key, int) else int(getattr(model, key))
 
 
 def make_data(model: Model, batch_shape: tuple[int, ...] = (), key: int | str | None = None) -> Data:
-  """Returns Data for ``model`` with qpos = qpos0 (or keyframe ``key``) and zeros elsewhere.
+  """Returns Data for ``model`` with qpos = qpos0 (or keyframe ``key``) and reset values elsewhere.
 
   Args:
     model: the compiled model; its dtype decides Data's float dtype.
@@ -606,41 +676,21 @@ def make_data(model: Model, batch_shape: tuple[int, ...] = (), key: int | str | 
     and with its own output traces once.
   """
   dtype = model.body_mass.dtype
-  nbody, nv = model.nbody, model.nv
   mocap_bodies = np.flatnonzero(model.body_mocapid >= 0)
-  mocap_order = np.argsort(model.body_mocapid[mocap_bodies])
-  mocap_pos = np.asarray(model.body_pos)[mocap_bodies[mocap_order]]
-  mocap_quat = np.asarray(model.body_quat)[mocap_bodies[mocap_order]]
-  state: dict[str, Any] = dict(time=0.0, qpos=np.asarray(model.qpos0), qvel=np.zeros(nv),
-                               act=np.zeros(model.na), ctrl=np.zeros(model.nu),
-                               mocap_pos=mocap_pos, mocap_quat=mocap_quat)
+  mocap_bodies = mocap_bodies[np.argsort(model.body_mocapid[mocap_bodies])]
+  values: dict[str, Any] = dict(qpos=model.qpos0, mocap_pos=np.asarray(model.body_pos)[mocap_bodies],
+                                mocap_quat=np.asarray(model.body_quat)[mocap_bodies])
   if key is not None:
     k = model.name2id("key", key) if isinstance(key, str) else int(key)
-    state.update(time=model.key_time[k], qpos=model.key_qpos[k], qvel=model.key_qvel[k],
-                 act=model.key_act[k], ctrl=model.key_ctrl[k],
-                 mocap_pos=model.key_mpos[k], mocap_quat=model.key_mquat[k])
-  eye = np.eye(3)
-  shapes: dict[str, tuple[int, ...] | np.ndarray] = dict(
-      qacc_warmstart=(nv,), qfrc_applied=(nv,), xfrc_applied=(nbody, 6), qacc=(nv,),
-      act_dot=(model.na,),
-      xpos=(nbody, 3), xquat=np.tile([1.0, 0, 0, 0], (nbody, 1)), xmat=np.tile(eye, (nbody, 1, 1)),
-      xipos=(nbody, 3), ximat=np.tile(eye, (nbody, 1, 1)),
-      xanchor=(model.njnt, 3), xaxis=(model.njnt, 3),
-      geom_xpos=(model.ngeom, 3), geom_xmat=np.tile(eye, (model.ngeom, 1, 1)),
-      site_xpos=(model.nsite, 3), site_xmat=np.tile(eye, (model.nsite, 1, 1)),
-      subtree_com=(nbody, 3), cinert=(nbody, 10), crb=(nbody, 10), cdof=(nv, 6),
-      cvel=(nbody, 6), cdof_dot=(nv, 6), cacc=(nbody, 6), cfrc_int=(nbody, 6),
-      cfrc_ext=(nbody, 6),
-      ten_length=(model.ntendon,), ten_J=(model.ntendon, nv), ten_velocity=(model.ntendon,),
-      actuator_length=(model.nu,), actuator_moment=(model.nu, nv),
-      actuator_velocity=(model.nu,), actuator_force=(model.nu,),
-      qM=(nv, nv), qLD=(nv, nv), qfrc_bias=(nv,), qfrc_spring=(nv,), qfrc_damper=(nv,),
-      qfrc_gravcomp=(nv,), qfrc_fluid=(nv,), qfrc_passive=(nv,), qfrc_actuator=(nv,),
-      qfrc_smooth=(nv,), qacc_smooth=(nv,), qfrc_constraint=(nv,), qfrc_inverse=(nv,))
+    values.update(time=model.key_time[k], qpos=model.key_qpos[k], qvel=model.key_qvel[k],
+                  act=model.key_act[k], ctrl=model.key_ctrl[k],
+                  mocap_pos=model.key_mpos[k], mocap_quat=model.key_mquat[k])
   fields: dict[str, Any] = {}
-  for name, value in {**state, **shapes}.items():
-    array = np.zeros(value) if isinstance(value, tuple) else np.asarray(value, dtype=np.float64)
-    array = np.broadcast_to(array, tuple(batch_shape) + array.shape)
-    fields[name] = jnp.array(array, dtype=dtype)
-  fields["warning_nan"] = jnp.zeros(tuple(batch_shape), dtype=bool)
+  for name, spec in field_table(Data).items():
+    shape = tuple(_size(model, s) for s in ((spec["size"],) if spec["size"] else ()) + spec["shape"])
+    fill = spec["fill"]
+    kind = bool if isinstance(fill, bool) else int if isinstance(fill, int) else float
+    array = np.asarray(values[name] if name in values else fill, dtype=np.float64)
+    array = np.broadcast_to(array, tuple(batch_shape) + shape)
+    fields[name] = jnp.array(array, dtype={bool: bool, int: jnp.int32, float: dtype}[kind])
   return Data(**fields)

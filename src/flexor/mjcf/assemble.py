@@ -14,79 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import tree
-from flexor.types import JNT_NQ, JNT_NV, JointType, Model, Option
-
-# Defaults of optional primary fields: (trailing shape, fill value) per element.
-_ELEMENT_DEFAULTS: dict[str, tuple[str, tuple[int, ...], Any]] = {
-    "body_gravcomp": ("nbody", (), 0.0),
-    "body_mocapid": ("nbody", (), -1),
-    "body_sameframe": ("nbody", (), 0),
-    "geom_sameframe": ("ngeom", (), 0),
-    "site_sameframe": ("nsite", (), 0),
-    "jnt_group": ("njnt", (), 0),
-    "jnt_limited": ("njnt", (), 0),
-    "jnt_actfrclimited": ("njnt", (), 0),
-    "jnt_actgravcomp": ("njnt", (), 0),
-    "jnt_solref": ("njnt", (2,), (0.02, 1.0)),
-    "jnt_solimp": ("njnt", (5,), (0.9, 0.95, 0.001, 0.5, 2.0)),
-    "jnt_stiffness": ("njnt", (), 0.0),
-    "jnt_range": ("njnt", (2,), 0.0),
-    "jnt_actfrcrange": ("njnt", (2,), 0.0),
-    "jnt_margin": ("njnt", (), 0.0),
-    "dof_solref": ("nv", (2,), (0.02, 1.0)),
-    "dof_solimp": ("nv", (5,), (0.9, 0.95, 0.001, 0.5, 2.0)),
-    "dof_frictionloss": ("nv", (), 0.0),
-    "dof_armature": ("nv", (), 0.0),
-    "dof_damping": ("nv", (), 0.0),
-    "geom_contype": ("ngeom", (), 1),
-    "geom_conaffinity": ("ngeom", (), 1),
-    "geom_condim": ("ngeom", (), 3),
-    "geom_dataid": ("ngeom", (), -1),
-    "geom_group": ("ngeom", (), 0),
-    "geom_priority": ("ngeom", (), 0),
-    "geom_solmix": ("ngeom", (), 1.0),
-    "geom_solref": ("ngeom", (2,), (0.02, 1.0)),
-    "geom_solimp": ("ngeom", (5,), (0.9, 0.95, 0.001, 0.5, 2.0)),
-    "geom_rbound": ("ngeom", (), 0.0),
-    "geom_friction": ("ngeom", (3,), (1.0, 0.005, 0.0001)),
-    "geom_margin": ("ngeom", (), 0.0),
-    "geom_gap": ("ngeom", (), 0.0),
-    "site_size": ("nsite", (3,), 0.005),
-    "actuator_trntype": ("nu", (), 0),
-    "actuator_dyntype": ("nu", (), 0),
-    "actuator_gaintype": ("nu", (), 0),
-    "actuator_biastype": ("nu", (), 0),
-    "actuator_trnid": ("nu", (2,), -1),
-    "actuator_actadr": ("nu", (), -1),
-    "actuator_actnum": ("nu", (), 0),
-    "actuator_ctrllimited": ("nu", (), 0),
-    "actuator_forcelimited": ("nu", (), 0),
-    "actuator_actlimited": ("nu", (), 0),
-    "actuator_actearly": ("nu", (), 0),
-    "actuator_dynprm": ("nu", (10,), 0.0),
-    "actuator_gainprm": ("nu", (10,), 0.0),
-    "actuator_biasprm": ("nu", (10,), 0.0),
-    "actuator_ctrlrange": ("nu", (2,), 0.0),
-    "actuator_forcerange": ("nu", (2,), 0.0),
-    "actuator_actrange": ("nu", (2,), 0.0),
-    "actuator_gear": ("nu", (6,), 0.0),
-    "actuator_cranklength": ("nu", (), 0.0),
-    "actuator_lengthrange": ("nu", (2,), 0.0),
-    "tendon_num": ("ntendon", (), 0),
-    "tendon_adr": ("ntendon", (), 0),
-    "tendon_limited": ("ntendon", (), 0),
-    "tendon_range": ("ntendon", (2,), 0.0),
-    "tendon_stiffness": ("ntendon", (), 0.0),
-    "tendon_damping": ("ntendon", (), 0.0),
-    "tendon_lengthspring": ("ntendon", (2,), 0.0),
-    "eq_type": ("neq", (), 0),
-    "eq_obj1id": ("neq", (), -1),
-    "eq_obj2id": ("neq", (), -1),
-    "eq_active0": ("neq", (), 1),
-    "eq_data": ("neq", (12,), 0.0),
-    "eq_solref": ("neq", (2,), (0.02, 1.0)),
-    "eq_solimp": ("neq", (5,), (0.9, 0.95, 0.001, 0.5, 2.0)),
-}
+from flexor.types import _REQUIRED, JNT_NQ, JNT_NV, Model, Option, field_table
 
 _OPTION_DEFAULTS: dict[str, Any] = dict(
     timestep=0.002, gravity=(0.0, 0.0, -9.81), wind=(0.0, 0.0, 0.0), magnetic=(0.0, -0.5, 0.0),
@@ -94,7 +22,7 @@ _OPTION_DEFAULTS: dict[str, Any] = dict(
     o_solref=(0.02, 1.0), o_solimp=(0.9, 0.95, 0.001, 0.5, 2.0),
     o_friction=(1.0, 1.0, 0.005, 0.0001, 0.0001),
     integrator=0, cone=0, jacobian=2, solver=2, iterations=100, ls_iterations=50,
-    noslip_iterations=0, disableflags=0, enableflags=0)
+    noslip_iterations=0, disableflags=0, enableflags=0, disableactuator=0)
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -152,26 +80,46 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   """Returns a Model from primary per-element arrays.
 
   Args:
-    fields: mjModel-named arrays. Required: ``body_parentid body_pos body_quat body_ipos
-      body_iquat body_mass body_inertia jnt_type jnt_bodyid jnt_pos jnt_axis qpos0 geom_type
-      geom_bodyid geom_size geom_pos geom_quat site_bodyid site_pos site_quat``; optional ones take
-      MuJoCo's defaults; ``names_*`` and ``key_*`` default to empty.
+    fields: mjModel-named arrays of the Model's primary (not derived) fields. Those without a
+      fill value in the field table are required (``body_parentid body_pos ... qpos0``); the
+      others default to their fill; ``qpos_spring`` defaults to ``qpos0``; ``names_*`` and
+      ``key_*`` default to empty.
     option: physics options; MuJoCo's defaults if None.
     dtype: float dtype of the traced fields (default: float64 if x64 is enabled, else float32).
   Returns:
     The Model, with derived addresses, dof tree, subtree masses and tree tables.
   """
   f = {k: (np.asarray(v) if not isinstance(v, tuple) else v) for k, v in fields.items()}
+  f.setdefault("qpos_spring", f["qpos0"])
   parent = f["body_parentid"].astype(np.int32)
   jnt_type = f["jnt_type"].astype(np.int32)
   jnt_bodyid = f["jnt_bodyid"].astype(np.int32)
   nbody, njnt = len(parent), len(jnt_type)
-  ngeom, nsite = len(f["geom_type"]), len(f["site_bodyid"])
   jnt_qposadr, jnt_dofadr, dof_bodyid, dof_jntid, dof_parentid = _dof_tree(parent, jnt_type, jnt_bodyid)
-  nq, nv = int(JNT_NQ[jnt_type].sum()), int(JNT_NV[jnt_type].sum())
-  nu = len(f.get("actuator_trntype", ()))
-  sizes = dict(nbody=nbody, njnt=njnt, nv=nv, nq=nq, ngeom=ngeom, nsite=nsite, nu=nu,
-               ntendon=len(f.get("tendon_num", ())), neq=len(f.get("eq_type", ())))
+  act_num = np.asarray(f.get("actuator_actnum", ()), dtype=np.int32)
+  mocapid = np.asarray(f.get("body_mocapid", np.full(nbody, -1)))
+  sizes = dict(
+      nq=int(JNT_NQ[jnt_type].sum()), nv=int(JNT_NV[jnt_type].sum()),
+      nu=len(f.get("actuator_trntype", ())), na=int(act_num.sum()), nbody=nbody, njnt=njnt,
+      ngeom=len(f["geom_type"]), nsite=len(f["site_bodyid"]),
+      nmesh=len(f.get("mesh_vertadr", ())), nmeshvert=len(f.get("mesh_vert", ())),
+      ntendon=len(f.get("tendon_num", ())), nwrap=len(f.get("wrap_type", ())),
+      nmocap=int((mocapid >= 0).sum()), neq=len(f.get("eq_type", ())),
+      nkey=len(f.get("key_time", ())))
+  nq, nv, nu, na, nmocap = (sizes[k] for k in ("nq", "nv", "nu", "na", "nmocap"))
+
+  out: dict[str, Any] = dict(sizes)
+  for name, spec in field_table(Model).items():
+    if spec["derived"]:
+      continue
+    if name in f:
+      out[name] = f[name]
+    elif spec["fill"] is _REQUIRED:
+      raise ValueError(f"assemble: required field {name} is missing")
+    else:
+      shape = (sizes[spec["size"]],) + tuple(sizes[s] if isinstance(s, str) else s
+                                             for s in spec["shape"])
+      out[name] = np.broadcast_to(np.asarray(spec["fill"]), shape).copy()
 
   rootid = np.arange(nbody, dtype=np.int32)
   for b in range(1, nbody):
@@ -184,52 +132,28 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   weldid = np.zeros(nbody, dtype=np.int32)
   for b in range(1, nbody):
     weldid[b] = b if body_jntnum[b] else weldid[parent[b]]
-
-  out: dict[str, Any] = {}
-  for name, (count, shape, fill) in _ELEMENT_DEFAULTS.items():
-    if name in f:
-      out[name] = f[name]
-    else:
-      out[name] = np.broadcast_to(np.asarray(fill), (sizes[count],) + shape).copy()
-  for name in ("body_parentid body_pos body_quat body_ipos body_iquat body_mass body_inertia "
-               "jnt_type jnt_bodyid jnt_pos jnt_axis qpos0 geom_type geom_bodyid geom_size "
-               "geom_pos geom_quat site_bodyid site_pos site_quat").split():
-    out[name] = f[name]
-  out["qpos_spring"] = f.get("qpos_spring", f["qpos0"])
   mass = np.asarray(f["body_mass"], dtype=np.float64)
-  out["body_subtreemass"] = tree.subtree_mask(parent) @ mass
-  out["body_subtreemass"][0] = mass.sum()
-
-  mocapid = np.asarray(out["body_mocapid"])
-  act_num = np.asarray(out["actuator_actnum"])
-  nkey = len(f.get("key_time", ()))
-  nmocap = int((mocapid >= 0).sum())
+  subtreemass = tree.subtree_mask(parent) @ mass
+  subtreemass[0] = mass.sum()
   out.update(
-      nq=nq, nv=nv, nu=nu, na=int(act_num.sum()), nbody=nbody, njnt=njnt, ngeom=ngeom,
-      nsite=nsite, nmesh=len(f.get("mesh_vertadr", ())), ntendon=sizes["ntendon"],
-      nmocap=nmocap, neq=sizes["neq"], nkey=nkey,
       body_parentid=parent, body_rootid=rootid, body_weldid=weldid,
       body_jntnum=body_jntnum, body_jntadr=body_jntadr, body_dofnum=body_dofnum,
       body_dofadr=body_dofadr, body_geomnum=body_geomnum, body_geomadr=body_geomadr,
+      body_subtreemass=subtreemass,
       jnt_type=jnt_type, jnt_qposadr=jnt_qposadr, jnt_dofadr=jnt_dofadr, jnt_bodyid=jnt_bodyid,
       dof_bodyid=dof_bodyid, dof_jntid=dof_jntid, dof_parentid=dof_parentid,
-      mesh_vertadr=f.get("mesh_vertadr", np.zeros(0, np.int32)),
-      mesh_vertnum=f.get("mesh_vertnum", np.zeros(0, np.int32)),
-      mesh_vert=f.get("mesh_vert", np.zeros((0, 3))),
-      wrap_type=f.get("wrap_type", np.zeros(0, np.int32)),
-      wrap_objid=f.get("wrap_objid", np.zeros(0, np.int32)),
-      wrap_prm=f.get("wrap_prm", np.zeros(0)),
       key_time=f.get("key_time", np.zeros(0)),
       key_qpos=f.get("key_qpos", np.zeros((0, nq))),
       key_qvel=f.get("key_qvel", np.zeros((0, nv))),
-      key_act=f.get("key_act", np.zeros((0, int(act_num.sum())))),
+      key_act=f.get("key_act", np.zeros((0, na))),
       key_ctrl=f.get("key_ctrl", np.zeros((0, nu))),
       key_mpos=f.get("key_mpos", np.zeros((0, nmocap, 3))),
       key_mquat=f.get("key_mquat", np.zeros((0, nmocap, 4))),
       opt=option if option is not None else make_option(dtype),
   )
-  for kind, count in (("body", nbody), ("jnt", njnt), ("geom", ngeom), ("site", nsite),
-                      ("actuator", nu), ("tendon", sizes["ntendon"]), ("key", nkey)):
+  for kind, count in (("body", nbody), ("jnt", njnt), ("geom", sizes["ngeom"]),
+                      ("site", sizes["nsite"]), ("actuator", nu), ("tendon", sizes["ntendon"]),
+                      ("key", sizes["nkey"])):
     out[f"names_{kind}"] = tuple(f.get(f"names_{kind}", ("",) * count))
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
 
