@@ -52,7 +52,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
   return args
 
 
-def _model_path(name: str) -> str:
+def model_path(name: str) -> str:
   """An MJCF path for NAME: a file, a flexor example or a dm_control suite model."""
   if os.path.isfile(name):
     return name
@@ -70,6 +70,12 @@ def _smooth_model(path: str) -> Any:
   """The MjModel at PATH with contacts and constraints disabled."""
   import mujoco  # pylint: disable=import-outside-toplevel
   m = mujoco.MjModel.from_xml_path(path)
+  return smooth_only(m)
+
+
+def smooth_only(m: Any) -> Any:
+  """``m`` (an MjModel) with contacts and constraints disabled, in place."""
+  import mujoco  # pylint: disable=import-outside-toplevel
   bits = mujoco.mjtDisableBit
   m.opt.disableflags |= int(bits.mjDSBL_CONTACT | bits.mjDSBL_CONSTRAINT)
   return m
@@ -108,7 +114,7 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
   return result
 
 
-def _flexor(mj: Any, qvel: np.ndarray, dtype: str, steps: int, batches: list[int],
+def run_flexor(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, batches: list[int],
             repeat: int) -> dict[str, Any]:
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import flexor  # pylint: disable=import-outside-toplevel
@@ -118,12 +124,13 @@ def _flexor(mj: Any, qvel: np.ndarray, dtype: str, steps: int, batches: list[int
 
   def data(b: int | None) -> Any:
     d = flexor.make_data(m, batch_shape=() if b is None else (b,))
-    return d.replace(qvel=jnp.asarray(qvel[0] if b is None else qvel[:b], dtype=dtype))
+    return d.replace(**{k: jnp.asarray(v[0] if b is None else v[:b], dtype=dtype)
+                        for k, v in init.items()})
 
   return _jax_engine(flexor.step, m, data(None), data, steps, batches, repeat)
 
 
-def _mjx(mj: Any, qvel: np.ndarray, dtype: str, steps: int, batches: list[int],
+def run_mjx(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, batches: list[int],
          repeat: int) -> dict[str, Any]:
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
@@ -134,21 +141,22 @@ def _mjx(mj: Any, qvel: np.ndarray, dtype: str, steps: int, batches: list[int],
 
   def data(b: int | None) -> Any:
     if b is None:
-      return d0.replace(qvel=jnp.asarray(qvel[0], dtype=dtype))
+      return d0.replace(**{k: jnp.asarray(v[0], dtype=dtype) for k, v in init.items()})
     d = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,) + x.shape), d0)
-    return d.replace(qvel=jnp.asarray(qvel[:b], dtype=dtype))
+    return d.replace(**{k: jnp.asarray(v[:b], dtype=dtype) for k, v in init.items()})
 
   return _jax_engine(mjx.step, m, data(None), data, steps, batches, repeat)
 
 
-def _mujoco(mj: Any, qvel: np.ndarray, steps: int, batches: list[int],
+def run_mujoco(mj: Any, init: dict[str, np.ndarray], steps: int, batches: list[int],
             repeat: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
   """MuJoCo C: (mj_step loop results, mujoco.rollout results or None)."""
   import mujoco  # pylint: disable=import-outside-toplevel
 
   def fresh(i: int) -> Any:
     d = mujoco.MjData(mj)
-    d.qvel[:] = qvel[i]
+    for k, v in init.items():
+      getattr(d, k)[:] = v[i]
     return d
 
   d = fresh(0)
@@ -182,15 +190,18 @@ def _mujoco(mj: Any, qvel: np.ndarray, steps: int, batches: list[int],
   for b in batches:
     # A preallocated output, as a training loop would keep, so allocation is not timed.
     out = np.empty((b, steps, state.shape[1]))
-    pool.rollout(mj, threads, state[:b], nstep=steps, state=out)
+    # constant controls, tiled over the steps by rollout
+    control = init["ctrl"][:b, None, :] if "ctrl" in init else None
+    pool.rollout(mj, threads, state[:b], control, nstep=steps, state=out)
     rolled["finite"] &= bool(np.all(np.isfinite(out)))
     rolled[b] = b * steps / _best(
-        lambda b=b, out=out: pool.rollout(mj, threads, state[:b], nstep=steps, state=out), repeat)
+        lambda b=b, out=out, control=control: pool.rollout(mj, threads, state[:b], control,
+                                                          nstep=steps, state=out), repeat)
   pool.close()
   return loop, rolled
 
 
-def _device() -> str:
+def device_name() -> str:
   import jax  # pylint: disable=import-outside-toplevel
   dev = jax.devices()[0]
   cpu = platform.processor() or platform.machine()
@@ -228,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
   models = [n for n in args.models.split(",") if n]
   batches = [int(b) for b in args.batches.split(",") if b]
-  print(f"device: {_device()}")
+  print(f"device: {device_name()}")
   print(f"jax {jax.__version__}, mujoco {mujoco.__version__}, python {platform.python_version()}, "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
   print(f"dtype {args.dtype}, {args.steps} steps per timed run, best of {args.repeat}; "
@@ -237,29 +248,29 @@ def main(argv: list[str] | None = None) -> int:
   rng = np.random.default_rng(args.seed)
   rows: list[tuple[str, str, dict[str, Any]]] = []
   for name in models:
-    mj = _smooth_model(_model_path(name))
+    mj = _smooth_model(model_path(name))
     print(f"\n{name}: nq={mj.nq} nv={mj.nv} nbody={mj.nbody} nu={mj.nu}", flush=True)
-    qvel = 0.1 * rng.standard_normal((max(batches), mj.nv))
+    init = {"qvel": 0.1 * rng.standard_normal((max(batches), mj.nv))}
     engines: list[tuple[str, Callable[[], Any]]] = [
-        ("flexor", lambda: _flexor(mj, qvel, args.dtype, args.steps, batches, args.repeat))]
+        ("flexor", lambda: run_flexor(mj, init, args.dtype, args.steps, batches, args.repeat))]
     if not args.no_mjx:
-      engines.append(("MJX", lambda: _mjx(mj, qvel, args.dtype, args.steps, batches, args.repeat)))
+      engines.append(("MJX", lambda: run_mjx(mj, init, args.dtype, args.steps, batches, args.repeat)))
     for engine, measure in engines:
       t0 = time.perf_counter()
       rows.append((name, engine, measure()))
       print(f"  {engine} done in {time.perf_counter() - t0:.0f} s", flush=True)
     t0 = time.perf_counter()
-    loop, rolled = _mujoco(mj, qvel, args.steps, batches, args.repeat)
+    loop, rolled = run_mujoco(mj, init, args.steps, batches, args.repeat)
     rows.append((name, "MuJoCo C loop", loop))
     if rolled is not None:
       rows.append((name, f"MuJoCo C rollout x{rolled['nthread']}", rolled))
     print(f"  MuJoCo C done in {time.perf_counter() - t0:.0f} s", flush=True)
   print(f"load average at end: {_load_average()}")
-  _print_tables(rows, batches)
+  print_tables(rows, batches)
   return 0 if all(r["finite"] for _, _, r in rows) else 1
 
 
-def _print_tables(rows: list[tuple[str, str, dict[str, Any]]], batches: list[int]) -> None:
+def print_tables(rows: list[tuple[str, str, dict[str, Any]]], batches: list[int]) -> None:
   header = (["model", "engine", "compile s", "1-env us/step"]
             + [f"B={b} env-steps/s" for b in batches])
   table = [header]

@@ -2,8 +2,8 @@
 
 Every model is loaded once, with MuJoCo's ``SMOOTH_ONLY`` disable bits, and evaluated at
 ``NSTATE`` random states by MuJoCo C and by one jitted, vmapped flexor function, so each model
-compiles once for all four test files. Tendon stiffness, damping and armature are zeroed in the
-MuJoCo model: they enter qM and the passive forces through the tendon stage, which comes later.
+compiles once for all four test files. Tendon springs, dampers and armature are kept: the tendon
+stage runs in forward, so they enter qM, qfrc_bias and the passive forces on both sides.
 """
 
 from __future__ import annotations
@@ -43,20 +43,17 @@ ACC_FIELDS = ("qfrc_inverse", "rne_acc", "cacc", "cfrc_int", "cfrc_ext")
 
 
 def mujoco_model(path: str, disable: int = 0) -> mujoco.MjModel:
-  """MjModel at ``path`` with SMOOTH_ONLY | disable set and tendon passive terms removed."""
+  """MjModel at ``path`` with SMOOTH_ONLY | disable set."""
   m = mujoco.MjModel.from_xml_path(path)
   prepare(m, disable)
   return m
 
 
 def prepare(m: mujoco.MjModel, disable: int = 0, smooth_only: bool = True) -> None:
-  """Sets the disable bits on ``m`` and zeroes tendon stiffness, damping and armature."""
+  """Sets the disable bits on ``m`` (SMOOTH_ONLY unless ``smooth_only`` is False)."""
   if smooth_only:
     m.opt.disableflags |= support.SMOOTH_ONLY
   m.opt.disableflags |= disable
-  m.tendon_stiffness[:] = 0.0
-  m.tendon_damping[:] = 0.0
-  m.tendon_armature[:] = 0.0
 
 
 @dataclasses.dataclass

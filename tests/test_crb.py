@@ -1,10 +1,14 @@
-"""crb, qM, factor_m and solve_m against MuJoCo C on every conformance model."""
+"""crb, qM, factor_m and solve_m against MuJoCo C on every conformance model; tendon and
+actuator armature in qM (``passive_support`` cases) and its gradients."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import passive_support as P
 import smooth_support as S
 import support
 
@@ -45,3 +49,52 @@ def test_qM_symmetric_positive(name: str):
   assert np.array_equal(qM, np.swapaxes(qM, -1, -2)), f"{name}: qM is not symmetric"
   if qM.shape[-1] and not case.singular:
     assert np.all(np.linalg.eigvalsh(qM) > 0), f"{name}: qM is not positive definite"
+
+
+# --- tendon and actuator armature -----------------------------------------------------------
+# passive_support puts MuJoCo's ten_J into flexor's Data (the tendon stage is not needed): qM
+# gets tendon_armature (plus the armature of tendon actuators) times ten_J' ten_J within qM's
+# sparsity, and the armature of joint actuators times gear^2 on its joint's dofs.
+
+
+@pytest.mark.parametrize("name", P.case_params())
+def test_qM_tendon_armature(name: str):
+  case = P.case(name)
+  err = support.relerr(case.actual["qM"], case.expected["qM"])
+  assert err <= S.TOL, f"{name}: qM relative error {err:.2e}"
+
+
+def test_qM_armature_terms_present():
+  """The own model's armature terms are non-trivial, and qM stays symmetric positive definite."""
+  case = P.case("own:tendon")
+  m = case.mj
+  assert np.count_nonzero(m.tendon_armature) == 3 and np.count_nonzero(m.actuator_armature) == 5
+  bare = m.__copy__()
+  bare.tendon_armature[:] = 0.0
+  bare.actuator_armature[:] = 0.0
+  without = P.make_case(bare, seed=5)
+  assert np.abs(case.expected["qM"] - without.expected["qM"]).max() > 0.1
+  qM = case.actual["qM"]
+  assert np.array_equal(qM, np.swapaxes(qM, -1, -2))
+  assert np.all(np.linalg.eigvalsh(qM) > 0)
+
+
+@pytest.mark.parametrize("field", ["tendon_armature", "actuator_armature", "actuator_gear"])
+def test_qM_armature_grad(field: str):
+  """d(sum(W * qM))/d(armature parameters) against central differences."""
+  case = P.case("own:tendon")
+  d0 = jax.tree.map(lambda x: x[0], case.inputs)
+  weights = jnp.asarray(np.random.default_rng(1).normal(size=(case.mj.nv, case.mj.nv)))
+  f = jax.jit(lambda fm: jnp.sum(weights * P._stages(fm, d0).qM))
+  x = np.asarray(getattr(case.fm, field))
+  grad = np.asarray(getattr(jax.jit(jax.grad(f))(case.fm), field))
+  fd = np.zeros_like(x)
+  eps = 1e-6
+  for i in np.ndindex(x.shape):
+    dx = np.zeros_like(x)
+    dx[i] = eps
+    fd[i] = (float(f(case.fm.replace(**{field: jnp.asarray(x + dx)})))
+             - float(f(case.fm.replace(**{field: jnp.asarray(x - dx)})))) / (2 * eps)
+  assert np.abs(grad).max() > 0
+  err = support.relerr(grad, fd)
+  assert err <= 1e-7, f"{field}: grad vs central differences relative error {err:.2e}"

@@ -26,8 +26,8 @@ import support
 TOL = 1e-12
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "sizes": ("nq", "nv", "nu", "na", "nbody", "njnt", "ngeom", "nsite", "nmesh", "ntendon",
-              "nmocap", "neq", "nkey"),
+    "sizes": ("nq", "nv", "nu", "nactuator", "nout", "na", "nbody", "njnt", "ngeom", "nsite",
+              "nmesh", "ntendon", "nwrap", "nmocap", "neq", "nkey", "nplastic"),
     "body_tree": ("body_parentid", "body_rootid", "body_weldid", "body_mocapid", "body_jntnum",
                   "body_jntadr", "body_dofnum", "body_dofadr", "body_geomnum", "body_geomadr"),
     "body_pose": ("body_pos", "body_quat"),
@@ -36,26 +36,40 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "jnt": ("jnt_type", "jnt_qposadr", "jnt_dofadr", "jnt_bodyid", "jnt_group", "jnt_limited",
             "jnt_actfrclimited", "jnt_actgravcomp", "jnt_solref", "jnt_solimp", "jnt_pos",
             "jnt_axis", "jnt_range", "jnt_actfrcrange", "jnt_margin"),
-    "jnt_spring": ("jnt_stiffness",),
+    "jnt_poly": ("jnt_stiffnesspoly", "jnt_springyield", "jnt_plasticadr", "dof_dampingpoly"),
     "dof": ("dof_bodyid", "dof_jntid", "dof_parentid", "dof_solref", "dof_solimp",
             "dof_frictionloss", "dof_armature"),
-    "dof_damping": ("dof_damping",),
+    "springdamper": ("jnt_stiffness", "dof_damping"),
     "qpos": ("qpos0", "qpos_spring"),
     "geom_frame": ("geom_pos", "geom_quat", "geom_size", "geom_rbound", "geom_sameframe"),
     "geom_contact": ("geom_type", "geom_contype", "geom_conaffinity", "geom_condim",
                      "geom_bodyid", "geom_dataid", "geom_group", "geom_priority", "geom_solmix",
                      "geom_solref", "geom_solimp", "geom_friction", "geom_margin", "geom_gap"),
+    "geom_fluid": ("geom_fluid",),
     "site": ("site_bodyid", "site_sameframe", "site_pos", "site_quat", "site_size"),
-    "actuator": ("actuator_trntype", "actuator_dyntype", "actuator_gaintype",
-                 "actuator_biastype", "actuator_trnid", "actuator_actadr", "actuator_actnum",
-                 "actuator_ctrllimited", "actuator_forcelimited", "actuator_actlimited",
-                 "actuator_actearly", "actuator_dynprm", "actuator_gainprm", "actuator_biasprm",
-                 "actuator_ctrlrange", "actuator_forcerange", "actuator_actrange",
-                 "actuator_gear", "actuator_cranklength"),
+    "actuator_types": ("actuator_trntype", "actuator_dyntype", "actuator_gaintype",
+                       "actuator_biastype", "actuator_trnid", "actuator_group"),
+    "actuator_layout": ("actuator_ctrladr", "actuator_ctrlnum", "actuator_ctrlspec",
+                        "actuator_outadr", "actuator_outnum", "actuator_actadr",
+                        "actuator_actnum"),
+    "actuator_prm": ("actuator_dynprm", "actuator_gainprm", "actuator_actearly"),
+    "actuator_biasprm": ("actuator_biasprm",),
+    "actuator_limits": ("actuator_ctrllimited", "actuator_ctrlrange", "actuator_forcelimited",
+                        "actuator_forcerange", "actuator_actlimited", "actuator_actrange"),
+    "actuator_trn": ("actuator_gear", "actuator_cranklength"),
+    "actuator_passive": ("actuator_damping", "actuator_dampingpoly", "actuator_armature"),
     "actuator_lengthrange": ("actuator_lengthrange",),
-    "tendon": ("tendon_num", "tendon_adr", "tendon_limited", "tendon_range", "tendon_stiffness",
-               "tendon_damping", "wrap_type", "wrap_objid", "wrap_prm"),
+    "tendon": ("tendon_num", "tendon_adr", "tendon_limited", "tendon_range",
+               "tendon_actfrclimited", "tendon_actfrcrange", "wrap_type", "wrap_objid",
+               "wrap_prm"),
+    "tendon_params": ("tendon_stiffness", "tendon_stiffnesspoly", "tendon_damping",
+                      "tendon_dampingpoly", "tendon_armature", "tendon_frictionloss",
+                      "tendon_springyield", "tendon_plasticadr", "tendon_margin",
+                      "tendon_solref_lim", "tendon_solimp_lim", "tendon_solref_fri",
+                      "tendon_solimp_fri", "tendon_group"),
     "tendon_lengthspring": ("tendon_lengthspring",),
+    "setconst": ("actuator_acc0", "actuator_length0", "tendon_length0", "tendon_invweight0",
+                 "dof_M0", "dof_invweight0"),
     "equality": ("eq_type", "eq_obj1id", "eq_obj2id", "eq_active0", "eq_data", "eq_solref",
                  "eq_solimp"),
     "key": ("key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat"),
@@ -65,17 +79,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "option": ("opt",),
 }
 
-# Model x group pairs that are known not to conform yet, with the reason.
-_SPRINGDAMPER = "springdamper (stiffness/damping from the joint inertia at qpos0) not implemented"
-_WRAP = ("springlength of a wrapping spatial tendon is its length at qpos0, which needs the "
-         "wrapping geometry of the tendon stage, not implemented")
-XFAIL: dict[tuple[str, str], str] = {
-    ("dmc/dog", "jnt_spring"): _SPRINGDAMPER,
-    ("dmc/dog", "dof_damping"): _SPRINGDAMPER,
-    **{(f"mjx/tendon/{m}", "tendon_lengthspring"): _WRAP
-       for m in ("fixed_site_wrap", "pulley_fixed_site_wrap", "pulley_site_wrap", "pulley_wrap",
-                 "site_wrap", "tendon", "wrap_sidesite")},
-}
+# Groups MuJoCo's compiler computes by running the model (mj_setConst, AutoSpringDamper,
+# LengthRange) and flexor's by flexor.setconst: solves with qM (Cholesky here, LDL' there) and,
+# for lengthranges, seconds of simulation, so they agree to rounding times qM's conditioning.
+GROUP_TOL = {"setconst": 1e-9, "springdamper": 1e-9, "actuator_biasprm": 1e-9,
+             "actuator_lengthrange": 1e-6}
 
 
 @functools.cache
@@ -90,7 +98,7 @@ def _flexor(path: str) -> Model:
     return flexor.load_mjcf(path)
 
 
-def _compare(name: str, ours, ref) -> float:
+def _compare(name: str, ours, ref, tol: float = TOL) -> float:
   if isinstance(ref, Option):
     worst = 0.0
     for field in Option._traced + Option._static:
@@ -110,7 +118,7 @@ def _compare(name: str, ours, ref) -> float:
         f"{a.ravel()[bad[0]]} != {b.ravel()[bad[0]]}"
     return 0.0
   err = support.relerr(a, b)
-  if err > TOL:
+  if err > tol:
     i = int(np.argmax(np.abs(a - b).ravel() / (1 + np.abs(b).ravel())))
     raise AssertionError(f"{name}: relative error {err:.3g} at flat index {i}: "
                          f"{a.ravel()[i]!r} != {b.ravel()[i]!r}")
@@ -118,13 +126,8 @@ def _compare(name: str, ours, ref) -> float:
 
 
 def _cases():
-  for model in support.model_paths():
-    for group in GROUPS:
-      marks = []
-      reason = XFAIL.get((model, group))
-      if reason:
-        marks.append(pytest.mark.xfail(reason=reason, strict=True))
-      yield pytest.param(model, group, id=f"{model}-{group}", marks=marks)
+  return [pytest.param(model, group, id=f"{model}-{group}")
+          for model in support.model_paths() for group in GROUPS]
 
 
 @pytest.mark.parametrize("model,group", _cases())
@@ -132,4 +135,19 @@ def test_conformance(model: str, group: str):
   path = support.model_paths()[model]
   ours, ref = _flexor(path), _mujoco(path)
   for field in GROUPS[group]:
-    _compare(field, getattr(ours, field), getattr(ref, field))
+    _compare(field, getattr(ours, field), getattr(ref, field), GROUP_TOL.get(group, TOL))
+
+
+def test_compile_records_springdamper_and_lengthrange_options():
+  """What the compile-time constants pass needs besides the Model: each joint's springdamper
+  and the <compiler><lengthrange> options."""
+  from flexor.mjcf import parse  # pylint: disable=import-outside-toplevel
+  from flexor.mjcf.compile import compile_model  # pylint: disable=import-outside-toplevel
+  xml = """<mujoco><compiler><lengthrange mode="all" useexisting="false" tolrange="0.1"/>
+    </compiler><worldbody><body><joint springdamper="0.2 0.7"/><joint axis="1 0 0"/>
+    <geom size="0.1" pos="0.2 0 0"/></body></worldbody></mujoco>"""
+  model, pending = compile_model(parse.load(xml.encode(), None))
+  np.testing.assert_array_equal(pending["springdamper"], [[0.2, 0.7], [0.0, 0.0]])
+  assert pending["lengthrange"]["mode"] == 3 and not pending["lengthrange"]["useexisting"]
+  assert pending["lengthrange"]["tolrange"] == 0.1 and "accel" not in pending["lengthrange"]
+  assert model.njnt == 2

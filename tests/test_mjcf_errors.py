@@ -18,6 +18,27 @@ def _body(inner: str, head: str = "") -> str:
 
 _GOOD_BODY = "<joint name='j'/><geom size='0.1'/>"
 
+# a body with a hinge, a ball joint, two sites and a fixed tendon; actuators go on line 17
+_ACT_HEAD = ("<worldbody>\n<body name='b'>\n<joint name='j' limited='true' range='-1 1'/>\n"
+             "<joint name='ball' type='ball'/>\n<geom size='0.1' pos='0.1 0 0'/>\n"
+             "<site name='s'/>\n<site name='r' pos='0 0 1'/>\n</body>\n</worldbody>\n"
+             "<tendon>\n<fixed name='t'>\n<joint joint='j' coef='1'/>\n</fixed>\n</tendon>\n")
+
+
+def _act(inner: str, head: str = "") -> str:
+  return f"<mujoco>{head}\n{_ACT_HEAD}<actuator>\n{inner}\n</actuator>\n</mujoco>"
+
+
+# a body with a hinge, a ball joint, a cylinder and three sites; tendons start on line 12
+_TEN_HEAD = ("<worldbody>\n<body name='b'>\n<joint name='j'/>\n<joint name='ball' type='ball'/>\n"
+             "<geom name='g' type='cylinder' size='0.1 0.1' pos='0 0.5 0'/>\n<site name='s'/>\n"
+             "<site name='r' pos='0 1 0'/>\n<site name='q' pos='0 2 0'/>\n</body>\n</worldbody>\n")
+
+
+def _ten(inner: str, head: str = "") -> str:
+  return f"<mujoco>{head}\n{_TEN_HEAD}<tendon>\n{inner}\n</tendon>\n</mujoco>"
+
+
 # (test id, xml, line, element, attribute, a word the message must contain)
 _CASES = [
     ("unknown_element", _body("<joint/><gem size='1'/>"), 4, "gem", None, "unrecognized element"),
@@ -78,7 +99,8 @@ _CASES = [
     ("unnamed_nested_default", "<mujoco>\n<default>\n<default>\n<joint/>\n</default>\n"
      "</default>\n</mujoco>", 3, "default", "class", "need a name"),
     ("unknown_joint", "<mujoco>" + _body(_GOOD_BODY)[8:-9] + "\n<actuator>\n"
-     "<motor joint='nope'/>\n</actuator>\n</mujoco>", 9, "motor", "joint", "unknown joint 'nope'"),
+     "<motor joint='nope'/>\n</actuator>\n</mujoco>", 9, "motor", "joint",
+     "unknown transmission joint 'nope'"),
     ("unknown_body", "<mujoco>" + _body(_GOOD_BODY)[8:-9] + "\n<equality>\n"
      "<connect body1='nope' anchor='0 0 0'/>\n</equality>\n</mujoco>", 9, "connect", "body1",
      "unknown body 'nope'"),
@@ -104,6 +126,205 @@ _CASES = [
                             "<geom size='1'/></body>"), 4, "joint", "name", "repeated joint"),
     ("default_bad_value", "<mujoco>\n<default>\n<geom size='x'/>\n</default>\n<worldbody>\n"
      "<geom/>\n</worldbody>\n</mujoco>", 3, "geom", "size", "'x'"),
+    # joints
+    ("free_joint_not_top_level", _body("<joint/><geom size='1'/><body><freejoint/>"
+                                       "<geom size='1'/></body>"), 4, "freejoint", None,
+     "child of the world"),
+    ("free_joint_not_alone", _body("<freejoint/><joint/><geom size='1'/>"), 4, "freejoint", None,
+     "only joint"),
+    ("springdamper_half", _body("<joint springdamper='0.1 0'/><geom size='1'/>"), 4, "joint",
+     "springdamper", "positive"),
+    ("springyield_negative", _body("<joint springyield='-1'/><geom size='1'/>"), 4, "joint",
+     "springyield", "negative"),
+    ("springyield_free", _body("<joint type='free' springyield='1'/><geom size='1'/>"), 4,
+     "joint", "springyield", "free joint"),
+    ("actuatorgroupdisable_31", _body(_GOOD_BODY, "<option actuatorgroupdisable='31'/>"), 1,
+     "option", "actuatorgroupdisable", "0..30"),
+    # actuators: transmissions
+    ("actuator_no_target", _act("<motor/>"), 17, "motor", None, "transmission target"),
+    ("actuator_unknown_tendon", _act("<motor tendon='nope'/>"), 17, "motor", "tendon",
+     "unknown transmission tendon 'nope'"),
+    ("actuator_unknown_site", _act("<motor site='nope'/>"), 17, "motor", "site",
+     "unknown transmission site"),
+    ("actuator_unknown_refsite", _act("<motor site='s' refsite='nope'/>"), 17, "motor",
+     "refsite", "unknown refsite"),
+    ("actuator_unknown_body", _act("<adhesion body='nope' ctrlrange='0 1'/>"), 17, "adhesion",
+     "body", "unknown transmission body"),
+    ("actuator_unknown_slidersite", _act("<motor cranksite='s' slidersite='nope' "
+                                         "cranklength='1'/>"), 17, "motor", "slidersite",
+     "unknown slidersite"),
+    ("crank_no_slidersite", _act("<motor cranksite='s' cranklength='1'/>"), 17, "motor",
+     "slidersite", "slidersite"),
+    ("crank_zero_length", _act("<motor cranksite='s' slidersite='r' cranklength='0'/>"), 17,
+     "motor", "cranklength", "positive cranklength"),
+    ("crank_negative_length", _act("<motor cranksite='s' slidersite='r' cranklength='-1'/>"), 17,
+     "motor", "cranklength", "positive cranklength"),
+    ("cranklength_on_joint", _act("<motor joint='j' cranklength='1'/>"), 17, "motor",
+     "cranklength", "slider-crank"),
+    ("refsite_on_joint", _act("<motor joint='j' refsite='r'/>"), 17, "motor", "refsite",
+     "site transmission"),
+    ("damping_on_site", _act("<motor site='s' damping='1'/>"), 17, "motor", "damping",
+     "joint or tendon"),
+    ("armature_on_site", _act("<motor site='s' armature='1'/>"), 17, "motor", "armature",
+     "joint or tendon"),
+    # actuators: types and parameters
+    ("unknown_dyntype", _act("<general joint='j' dyntype='pd'/>"), 17, "general", "dyntype",
+     "invalid keyword 'pd'"),
+    ("unknown_gaintype", _act("<general joint='j' gaintype='linear'/>"), 17, "general",
+     "gaintype", "invalid keyword"),
+    ("unknown_biastype", _act("<general joint='j' biastype='quadratic'/>"), 17, "general",
+     "biastype", "invalid keyword"),
+    ("damper_no_ctrlrange", _act("<damper joint='j' kv='1'/>"), 17, "damper", "ctrlrange",
+     "invalid ctrl range"),
+    ("damper_negative_ctrlrange", _act("<damper joint='j' ctrlrange='-1 1'/>"), 17, "damper",
+     "ctrlrange", "cannot be negative"),
+    ("damper_negative_kv", _act("<damper joint='j' kv='-1' ctrlrange='0 1'/>"), 17, "damper",
+     "kv", "cannot be negative"),
+    ("adhesion_no_ctrlrange", _act("<adhesion body='b'/>"), 17, "adhesion", "ctrlrange",
+     "invalid ctrl range"),
+    ("adhesion_negative_gain", _act("<adhesion body='b' gain='-1' ctrlrange='0 1'/>"), 17,
+     "adhesion", "gain", "cannot be negative"),
+    ("kv_and_dampratio", _act("<position joint='j' kv='1' dampratio='1'/>"), 17, "position",
+     "kv", "cannot both"),
+    ("negative_kv", _act("<position joint='j' kv='-1'/>"), 17, "position", "kv",
+     "cannot be negative"),
+    ("negative_dampratio", _act("<position joint='j' dampratio='-1'/>"), 17, "position",
+     "dampratio", "cannot be negative"),
+    ("negative_timeconst", _act("<position joint='j' timeconst='-1'/>"), 17, "position",
+     "timeconst", "cannot be negative"),
+    ("inheritrange_and_ctrlrange", _act("<position joint='j' inheritrange='1' "
+                                        "ctrlrange='0 1'/>"), 17, "position", "inheritrange",
+     "cannot both"),
+    ("inheritrange_no_range", _act("<position joint='ball' inheritrange='1'/>"), 17, "position",
+     "inheritrange", "hinge and slide"),
+    ("inheritrange_on_site", _act("<position site='s' inheritrange='1'/>"), 17, "position",
+     "inheritrange", "joint and tendon"),
+    ("inheritrange_unlimited", _act("<position tendon='t' inheritrange='1'/>"), 17, "position",
+     "inheritrange", "needs a target with a range"),
+    ("ctrlrange_no_autolimits", _act("<motor joint='j' ctrlrange='-1 1'/>",
+                                     "<compiler autolimits='false'/>"), 17, "motor",
+     "ctrlrange", "ctrllimited"),
+    ("forcerange_reversed", _act("<motor joint='j' forcelimited='true' forcerange='1 -1'/>"),
+     17, "motor", "forcerange", "invalid force range"),
+    ("actrange_stateless", _act("<general joint='j' actrange='-1 1'/>"), 17, "general",
+     "actrange", "no activation"),
+    ("actdim_stateless", _act("<general joint='j' actdim='1'/>"), 17, "general", "actdim",
+     "actdim 1"),
+    ("actdim_too_large", _act("<general joint='j' dyntype='filter' actdim='2'/>"), 17,
+     "general", "actdim", "actdim > 1"),
+    ("fixed_gain_input", _act("<general joint='j' input='pos vel'/>"), 17, "general", "input",
+     "one input"),
+    ("input_order", _act("<pid joint='j' input='vel pos'/>"), 17, "pid", "input",
+     "canonical order"),
+    ("muscle_range", _act("<muscle joint='j' range='1 0.5' lengthrange='0 1'/>"), 17, "muscle",
+     "range", "range[0] < range[1]"),
+    ("muscle_lmin", _act("<muscle joint='j' lmin='1.2' lengthrange='0 1'/>"), 17, "muscle",
+     "lmin", "lmin < 1 < lmax"),
+    ("muscle_negative_tausmooth", _act("<muscle joint='j' tausmooth='-1'/>"), 17, "muscle",
+     "tausmooth", "cannot be negative"),
+    # actuators: orientation, pid, dcmotor
+    ("orientation_on_hinge", _act("<orientation joint='j'/>"), 17, "orientation", "joint",
+     "ball joint"),
+    ("orientation_no_refsite", _act("<orientation site='s'/>"), 17, "orientation", "site",
+     "refsite"),
+    ("orientation_forcerange", _act("<orientation joint='ball' forcerange='-1 1'/>"), 17,
+     "orientation", "forcerange", "lower bound must be 0"),
+    ("orientation_quat_integrator", _act("<general joint='ball' gaintype='so3' biastype='so3' "
+                                         "biasprm='0 -1' dyntype='integrator' input='quat'/>"),
+     17, "general", "input", "quat"),
+    ("pid_ki_without_pos", _act("<pid joint='j' ki='1' input='vel'/>"), 17, "pid", "input",
+     "pos input"),
+    ("pid_voltage", _act("<pid joint='j' input='voltage'/>"), 17, "pid", "input",
+     "subset of [pos, vel, ff]"),
+    ("pid_on_body", _act("<general body='b' gaintype='pid' biastype='affine' gainprm='0'/>"), 17,
+     "general", "body", "body transmission"),
+    ("pid_negative_slewmax", _act("<pid joint='j' slewmax='-1'/>"), 17, "pid", "slewmax",
+     "cannot be negative"),
+    ("dcmotor_no_motorconst", _act("<dcmotor joint='j' resistance='2'/>"), 17, "dcmotor",
+     "motorconst", "motor constant"),
+    ("dcmotor_no_resistance", _act("<dcmotor joint='j' motorconst='0.1'/>"), 17, "dcmotor",
+     "resistance", "resistance"),
+    ("dcmotor_negative_motorconst", _act("<dcmotor joint='j' motorconst='0.1 -1' "
+                                         "resistance='1'/>"), 17, "dcmotor", "motorconst",
+     "non-negative"),
+    ("dcmotor_controller_without_input", _act("<dcmotor joint='j' motorconst='0.1' "
+                                              "resistance='1' controller='1'/>"), 17,
+     "dcmotor", "controller", "controller input"),
+    ("dcmotor_thermal", _act("<dcmotor joint='j' motorconst='0.1' resistance='1' "
+                             "thermal='1'/>"), 17, "dcmotor", "thermal", "capacitance"),
+    ("dcmotor_actearly", _act("<general joint='j' gaintype='dcmotor' biastype='dcmotor' "
+                              "dyntype='dcmotor' gainprm='2 0.1'/>"), 17, "general",
+     "actearly", "actearly"),
+    ("delay_without_history", _act("<motor joint='j' delay='0.1'/>"), 17, "motor", "delay",
+     "nsample"),
+    ("actuator_user_count", _act("<motor joint='j' user='1 2'/>", "<size nuser_actuator='1'/>"),
+     17, "motor", "user", "nuser_actuator"),
+    ("nuser_actuator", _act("<motor joint='j'/>", "<size nuser_actuator='-2'/>"), 1, "size",
+     "nuser_actuator", ">= -1"),
+    # tendons
+    ("tendon_empty", _ten("<fixed/>"), 13, "fixed", None, "cannot be empty"),
+    ("tendon_one_site", _ten("<spatial>\n<site site='s'/>\n</spatial>"), 13, "spatial", None,
+     "at least two"),
+    ("tendon_unknown_site", _ten("<spatial>\n<site site='s'/>\n<site site='nope'/>\n"
+                                 "</spatial>"), 15, "site", "site", "unknown site 'nope'"),
+    ("tendon_missing_coef", _ten("<fixed>\n<joint joint='j'/>\n</fixed>"), 14, "joint", "coef",
+     "required"),
+    ("tendon_ball_joint", _ten("<fixed>\n<joint joint='ball' coef='1'/>\n</fixed>"), 14,
+     "joint", "joint", "slide and hinge"),
+    ("tendon_repeated_joint", _ten("<fixed>\n<joint joint='j' coef='1'/>\n"
+                                   "<joint joint='j' coef='2'/>\n</fixed>"), 15, "joint", None,
+     "twice"),
+    ("tendon_consecutive_pulleys", _ten("<spatial>\n<site site='s'/>\n<site site='r'/>\n"
+                                        "<pulley divisor='1'/>\n<pulley divisor='1'/>\n"
+                                        "<site site='r'/>\n<site site='q'/>\n</spatial>"), 17,
+     "pulley", None, "consecutive pulleys"),
+    ("tendon_pulley_last", _ten("<spatial>\n<site site='s'/>\n<site site='r'/>\n"
+                                "<pulley divisor='1'/>\n</spatial>"), 16, "pulley", None,
+     "end with a pulley"),
+    ("tendon_pulley_divisor", _ten("<spatial>\n<site site='s'/>\n<site site='r'/>\n"
+                                   "<pulley divisor='0'/>\n<site site='r'/>\n"
+                                   "<site site='q'/>\n</spatial>"), 16, "pulley", "divisor",
+     "positive"),
+    ("tendon_lonely_site", _ten("<spatial>\n<site site='s'/>\n<pulley divisor='1'/>\n"
+                                "<site site='r'/>\n<site site='q'/>\n</spatial>"), 14, "site",
+     None, "neighbour"),
+    ("tendon_repeated_site", _ten("<spatial>\n<site site='s'/>\n<site site='s'/>\n"
+                                  "</spatial>"), 15, "site", None, "twice"),
+    ("tendon_geom_at_end", _ten("<spatial>\n<site site='s'/>\n<geom geom='g'/>\n</spatial>"),
+     15, "geom", None, "site before and after"),
+    ("tendon_armature_wrap", _ten("<spatial armature='1'>\n<site site='s'/>\n<geom geom='g'/>"
+                                  "\n<site site='r'/>\n</spatial>"), 13, "spatial", "armature",
+     "geom wrapping"),
+    ("tendon_negative_armature", _ten("<fixed armature='-1'>\n<joint joint='j' coef='1'/>\n"
+                                      "</fixed>"), 13, "fixed", "armature", "negative"),
+    ("tendon_springlength_order", _ten("<fixed springlength='1 0'>\n<joint joint='j' "
+                                       "coef='1'/>\n</fixed>"), 13, "fixed", "springlength",
+     "lower <= upper"),
+    ("tendon_springyield", _ten("<fixed springyield='-1'>\n<joint joint='j' coef='1'/>\n"
+                                "</fixed>"), 13, "fixed", "springyield", "negative"),
+    ("tendon_range", _ten("<fixed limited='true' range='1 0'>\n<joint joint='j' coef='1'/>\n"
+                          "</fixed>"), 13, "fixed", "range", "smaller"),
+    ("tendon_actuatorfrcrange", _ten("<fixed actuatorfrcrange='1 2'>\n<joint joint='j' "
+                                     "coef='1'/>\n</fixed>"), 13, "fixed", "actuatorfrcrange",
+     "contains 0"),
+    ("tendon_width", _ten("<spatial width='0'>\n<site site='s'/>\n<site site='r'/>\n"
+                          "</spatial>"), 13, "spatial", "width", "positive width"),
+    ("tendon_user_count", _ten("<fixed user='1'>\n<joint joint='j' coef='1'/>\n</fixed>",
+                               "<size nuser_tendon='0'/>"), 13, "fixed", "user", "nuser_tendon"),
+    ("tendon_no_autolimits", _ten("<fixed range='0 1'>\n<joint joint='j' coef='1'/>\n"
+                                  "</fixed>", "<compiler autolimits='false'/>"), 13, "fixed",
+     "range", "limited"),
+]
+
+# Features flexor refuses with "not supported by flexor yet" although MuJoCo compiles them.
+_UNSUPPORTED = [
+    ("history_nsample", _act("<motor joint='j' nsample='3'/>"), 17, "motor", "nsample"),
+    ("history_delay", _act("<motor joint='j' nsample='3' delay='0.01'/>"), 17, "motor",
+     "nsample"),
+    ("actuator_plugin", _act("<plugin joint='j' instance='p'/>",
+                             "<extension><plugin plugin='mujoco.pid'><instance name='p'>"
+                             "<config key='kp' value='1'/></instance></plugin></extension>"),
+     17, "plugin", "instance"),
 ]
 
 
@@ -277,3 +498,44 @@ def test_bad_mesh_file():
     flexor.load_mjcf_string(xml, assets={"bad.stl": b"not a mesh"})
   assert (info.value.line, info.value.element, info.value.attribute) == (3, "mesh", "file")
   assert str(info.value).count("<mesh>") == 1, str(info.value)
+
+
+@pytest.mark.parametrize("xml,line,element,attribute",
+                         [pytest.param(*c[1:], id=c[0]) for c in _UNSUPPORTED])
+def test_unsupported_feature(tmp_path, xml, line, element, attribute):
+  """Features MuJoCo has and flexor not yet: refused by name, never silently dropped."""
+  path = tmp_path / "model.xml"
+  path.write_text(xml)
+  mujoco.MjModel.from_xml_path(str(path))
+  with pytest.raises(MJCFError, match="not supported by flexor yet") as info:
+    flexor.load_mjcf(path)
+  assert (info.value.line, info.value.element, info.value.attribute) == (line, element, attribute)
+
+
+@pytest.mark.parametrize("xml,attribute,word", [
+    pytest.param(_act("<position site='s' kp='10'/>"), "site", "refsite", id="position_on_site"),
+    pytest.param(_act("<intvelocity joint='j' kp='10'/>"), "actrange", "actrange",
+                 id="intvelocity_unbounded"),
+])
+def test_misbehaving_models_warn(xml, attribute, word):
+  """Models MuJoCo accepts but that will not do what they seem to: loaded, with a warning."""
+  mujoco.MjModel.from_xml_string(xml)
+  with pytest.warns(UserWarning, match=word) as record:
+    flexor.load_mjcf_string(xml)
+  assert any(f"attribute '{attribute}'" in str(w.message) for w in record)
+
+
+def test_error_in_nested_include_names_the_include_chain(tmp_path):
+  (tmp_path / "part.xml").write_text("<mujoco>\n<worldbody>\n\n<geom size='-1'/>\n</worldbody>"
+                                     "\n</mujoco>")
+  (tmp_path / "mid.xml").write_text("<mujoco>\n\n<include file='part.xml'/>\n</mujoco>")
+  path = tmp_path / "model.xml"
+  path.write_text("<mujoco>\n<include file='mid.xml'/>\n</mujoco>")
+  with pytest.raises(MJCFError) as info:
+    flexor.load_mjcf(path)
+  e = info.value
+  assert (e.file, e.line, e.element, e.attribute) == (
+      os.path.realpath(tmp_path / "part.xml"), 4, "geom", "size")
+  assert e.included_from == ((os.path.realpath(tmp_path / "mid.xml"), 3), (str(path), 2))
+  assert str(e).endswith(f"(included from {os.path.realpath(tmp_path / 'mid.xml')}:3) "
+                         f"(included from {path}:2)"), str(e)

@@ -1,21 +1,31 @@
-"""passive (springs, dampers, gravity compensation, fluid) against MuJoCo C.
+"""passive (springs, dampers, gravity compensation, fluid, plasticity) against MuJoCo C.
 
 Every conformance model, the disable bits SPRING / DAMPER / GRAVITY on the models that have
 those forces, and ``smooth_support.OWN_XML``: ball and free springs off their reference pose,
 gravity compensation routed through actuators (with a joint force limit), and a fluid with
-density, viscosity and wind.
+density, viscosity and wind. Then the terms of ``passive_support``'s cases and own models:
+tendon springs and dampers (with MuJoCo's tendon state injected, and end to end), polynomial
+profiles, actuator damping, the ellipsoid fluid model, the plastic state (``update_plastic``
+against mj_step), and gradients against central differences.
 """
 
 from __future__ import annotations
 
 import functools
 
+import jax
+import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
 
+import passive_support as P
 import smooth_support as S
 import support
+from flexor import make_data
+from flexor.integrate import integrate_pos, step
+from flexor.mjcf.from_mujoco import from_mujoco
+from flexor.passive import passive, update_plastic
 
 DSBL = mujoco.mjtDisableBit
 FLAG_VARIANTS = {
@@ -77,3 +87,312 @@ def test_own_model_flags(flag: str):
   for field in S.PASSIVE_FIELDS:
     err = support.relerr(actual[field], expected[field])
     assert err <= S.TOL, f"{flag} disabled: {field} relative error {err:.2e}"
+
+
+# --- tendons, polynomial springs and dampers, plasticity, actuator damping, ellipsoid fluid -----
+# passive_support injects MuJoCo's tendon quantities (see there), so these run without the
+# tendon stage. The default tier keeps the own models and a few corpus models with tendon
+# springs, dampers or armature; -m slow sweeps every corpus model with tendons.
+
+
+
+@pytest.mark.parametrize("field", P.PASSIVE_FIELDS)
+@pytest.mark.parametrize("name", P.case_params())
+def test_tendon_conformance(name: str, field: str):
+  """Joint and tendon springs and dampers (poly, dead band, plastic, actuator damping), fluid."""
+  case = P.case(name)
+  err = support.relerr(case.actual[field], case.expected[field])
+  assert err <= S.TOL, f"{name}: {field} relative error {err:.2e}"
+
+
+def test_own_tendon_model_exercises_every_term():
+  """Every tendon pulls, the plastic references and the slack band matter, forces are large."""
+  case = P.case("own:tendon")
+  m, inputs = case.mj, case.inputs
+  for field in ("qfrc_spring", "qfrc_damper", "qfrc_passive"):
+    assert np.abs(case.expected[field]).max() > 1e-2, f"{field} is zero in the own model"
+  length = np.asarray(inputs.ten_length)
+  band = np.asarray(m.tendon_lengthspring)
+  outside = (length < band[:, 0]) | (length > band[:, 1])
+  assert outside.any(axis=0).all(), "some tendon never leaves its dead band"
+  initial = np.asarray(make_data(case.fm).plastic)[None]
+  assert m.nplastic == 10 and np.any(np.asarray(inputs.plastic) != initial)
+  # Cross-tree tendon armature entries (h0-h4) are dropped by MuJoCo and by flexor.
+  h0, h4 = (m.jnt_dofadr[m.joint(n).id] for n in ("h0", "h4"))
+  assert np.all(case.expected["qM"][:, h0, h4] == 0) and np.all(case.actual["qM"][:, h0, h4] == 0)
+
+
+@pytest.mark.parametrize("flag", ["spring", "damper", "spring+damper"])
+def test_own_tendon_model_flags(flag: str):
+  case = P.make_case(P.own_model("tendon", FLAG_VARIANTS[flag]), seed=5)
+  for field in P.FIELDS:
+    err = support.relerr(case.actual[field], case.expected[field])
+    assert err <= S.TOL, f"{flag} disabled: {field} relative error {err:.2e}"
+
+
+@functools.cache
+def own_tendon_forward_case() -> S.Case:
+  return S.make_case(P.own_model("tendon"), seed=3)
+
+
+@pytest.mark.parametrize("field", S.PASSIVE_FIELDS + ("qM", "qfrc_bias", "qacc", "qfrc_inverse",
+                                                    "cfrc_ext", "cfrc_int"))
+def test_own_tendon_model_forward(field: str):
+  """The own tendon model end to end: flexor's tendon stage, crb, passive, rne, inverse."""
+  case = own_tendon_forward_case()
+  err = support.relerr(case.actual(field), case.expected[field])
+  assert err <= S.TOL, f"{field} relative error {err:.2e}"
+
+
+_WRAPPING = ("own/tendon_wrap", "mjx/tendon/pulley_site_wrap", "mjx/tendon/wrap_sidesite")
+
+
+@functools.cache
+def wrapping_case(name: str) -> S.Case:
+  m = mujoco.MjModel.from_xml_path(support.model_paths()[name])
+  S.prepare(m)
+  m.tendon_stiffness[:], m.tendon_damping[:], m.tendon_lengthspring[:] = 3.0, 0.5, 0.1
+  return S.make_case(m, seed=3)
+
+
+@pytest.mark.parametrize("field", ["qfrc_passive", "qfrc_inverse", "cfrc_ext", "cfrc_int"])
+@pytest.mark.parametrize("name", [n for n in _WRAPPING if n in support.model_paths()])
+def test_wrapping_tendon_springs(name: str, field: str):
+  """Springs and dampers on wrapping and pulley tendons, end to end; MuJoCo 4 also passes their
+  forces to the bodies along the path (cfrc_ext)."""
+  case = wrapping_case(name)
+  assert np.abs(case.expected["cfrc_ext"]).max() > 1.0
+  err = support.relerr(case.actual(field), case.expected[field])
+  assert err <= S.TOL, f"{name}: {field} relative error {err:.2e}"
+
+
+@functools.cache
+def fluid_case() -> S.Case:
+  return S.make_case(P.own_model("fluid"), seed=4)
+
+
+@pytest.mark.parametrize("field", S.PASSIVE_FIELDS + ("qacc", "qfrc_inverse"))
+def test_own_fluid_model_forward(field: str):
+  """The ellipsoid model end to end through forward and inverse (no tendons needed)."""
+  case = fluid_case()
+  err = support.relerr(case.actual(field), case.expected[field])
+  assert err <= S.TOL, f"{field} relative error {err:.2e}"
+
+
+def test_own_fluid_model_selects_per_body():
+  """Bodies with an ellipsoid geom use that model, the others the inertia box (MuJoCo's rule)."""
+  m = fluid_case().mj
+  uses = np.zeros(m.nbody, dtype=bool)
+  np.logical_or.at(uses, m.geom_bodyid, m.geom_fluid[:, 0] > 0)
+  assert uses[m.body("tail").id] and not uses[m.body("boxy").id]
+  assert np.abs(fluid_case().expected["qfrc_fluid"]).max() > 1e-3
+
+
+def test_make_data_plastic_matches_mujoco():
+  for name in ("tendon", "plastic"):
+    m = P.own_model(name)
+    np.testing.assert_array_equal(make_data(from_mujoco(m)).plastic, mujoco.MjData(m).plastic)
+
+
+_update_plastic = jax.jit(update_plastic)
+
+
+def _plastic_after_mujoco_step(m, d):
+  """(plastic, ten_length, dense ten_J, qpos) before and the plastic, qpos, dq after mj_step."""
+  mujoco.mj_forward(m, d)
+  before = (d.plastic.copy(), d.ten_length.copy(), P.dense_ten_J(m, d), d.qpos.copy())
+  mujoco.mj_step(m, d)
+  dq = np.zeros(m.nv)
+  mujoco.mj_differentiatePos(m, dq, 1.0, before[3], d.qpos)
+  return before, (d.plastic.copy(), d.qpos.copy(), dq)
+
+
+@pytest.mark.parametrize("integrator", [0, 1, 2, 3], ids=["euler", "rk4", "implicit", "implicitfast"])
+def test_update_plastic(integrator: int):
+  """update_plastic reproduces the plastic state after mj_step (MuJoCo 4 updates it there)."""
+  m = P.own_model("tendon")
+  m.opt.integrator = integrator
+  fm = from_mujoco(m)
+  rng = np.random.default_rng(11)
+  moved = 0
+  for _ in range(4):
+    d = mujoco.MjData(m)
+    d.qpos[:] = m.qpos0 + 0.5 * rng.normal(size=m.nq)
+    mujoco.mj_normalizeQuat(m, d.qpos)
+    d.qvel[:] = 3.0 * rng.normal(size=m.nv)
+    (plastic, length, ten_J, _), (expected, qpos, dq) = _plastic_after_mujoco_step(m, d)
+    fd = make_data(fm).replace(plastic=jnp.asarray(plastic), ten_length=jnp.asarray(length),
+                               ten_J=jnp.asarray(ten_J))
+    actual = _update_plastic(fm, fd, jnp.asarray(qpos), jnp.asarray(dq))
+    err = support.relerr(actual, expected)
+    assert err <= 1e-12, f"plastic relative error {err:.2e}"
+    moved += np.sum(expected != plastic)
+  assert moved > 20, "too few plastic entries moved to test anything"
+
+
+# Dead band (lower, upper), tendon length, expected behaviour; yield 0.05.
+_BANDS = {
+    "stretched": ("0.8 1.2", 3.0), "compressed": ("0.8 1.2", -1.0), "inside": ("0.8 1.2", 1.0),
+    "within-yield": ("0.8 1.2", 1.23), "slack-stretched": ("0 0.5", 3.0),
+    "slack-compressed": ("0 0.5", -1.0), "point": ("0.5 0.5", -3.0), "zero-point": ("0 0", 3.0),
+    "negative-band": ("-1 -0.5", 3.0),
+}
+
+
+@pytest.mark.parametrize("case", _BANDS)
+def test_update_plastic_tendon_band(case: str):
+  """Tendon yield rules, including a slack band (0, L) that stretches only its upper bound."""
+  band, length = _BANDS[case]
+  m = mujoco.MjModel.from_xml_string(f"""
+    <mujoco><worldbody><body><joint name="s" type="slide"/><geom size=".1"/></body></worldbody>
+    <tendon><fixed stiffness="5" springyield="0.05" springlength="{band}">
+      <joint joint="s" coef="1"/></fixed></tendon></mujoco>""")
+  fm = from_mujoco(m)
+  d = mujoco.MjData(m)
+  d.qpos[0], d.qvel[0] = length, 0.3
+  (plastic, ten_length, ten_J, _), (expected, qpos, dq) = _plastic_after_mujoco_step(m, d)
+  fd = make_data(fm).replace(plastic=jnp.asarray(plastic), ten_length=jnp.asarray(ten_length),
+                             ten_J=jnp.asarray(ten_J))
+  actual = _update_plastic(fm, fd, jnp.asarray(qpos), jnp.asarray(dq))
+  np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-14)
+
+
+_step = jax.jit(step)
+
+
+@pytest.mark.parametrize("integrator", [0, 1, 2, 3], ids=["euler", "rk4", "implicit", "implicitfast"])
+def test_plastic_step(integrator: int):
+  """flexor's step on plastic joints with polynomial and actuator damping follows mj_step."""
+  m = P.own_model("plastic")
+  m.opt.integrator = integrator
+  fm = from_mujoco(m)
+  rng = np.random.default_rng(2)
+  d = mujoco.MjData(m)
+  d.qpos[:] = m.qpos0 + 0.5 * rng.normal(size=m.nq)
+  mujoco.mj_normalizeQuat(m, d.qpos)
+  d.qvel[:] = 3.0 * rng.normal(size=m.nv)
+  fd = make_data(fm).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
+  plastic0 = d.plastic.copy()
+  for _ in range(10):
+    mujoco.mj_step(m, d)
+    fd = _step(fm, fd)
+  assert np.abs(d.plastic - plastic0).max() > 0.1, "the plastic state did not move"
+  for field in ("qpos", "qvel", "plastic"):
+    err = support.relerr(getattr(fd, field), getattr(d, field))
+    assert err <= 1e-10, f"{field} relative error {err:.2e} after 10 steps"
+
+
+def test_passive_vmap_and_jit():
+  """vmap over states equals the per-state results; jit equals eager."""
+  case = P.case("own:tendon")
+  batched = jax.jit(jax.vmap(P._stages, in_axes=(None, 0)))(case.fm, case.inputs)
+  for field in P.FIELDS:
+    np.testing.assert_allclose(getattr(batched, field), case.actual[field], rtol=1e-13, atol=1e-13)
+  d0 = P.stages(case.fm, jax.tree.map(lambda x: x[0], case.inputs))
+  eager = passive(case.fm, d0)
+  for field in S.PASSIVE_FIELDS:
+    np.testing.assert_allclose(getattr(eager, field), getattr(d0, field), rtol=1e-13, atol=1e-13)
+
+
+# --- gradients: jax.grad against central differences, float64 ----------------------------------
+
+_EPS = 1e-6
+_GRAD_TOL = 1e-6  # central differences at eps = 1e-6 are good to ~1e-9 here
+
+
+@functools.cache
+def _objective(name: str):
+  """f(model, tangent, qvel) = w . qfrc_passive at state 0 of ``name``, qpos moved by tangent,
+  and its jitted gradient with respect to all three arguments (one compilation per model)."""
+  case = P.case(name)
+  d0 = jax.tree.map(lambda x: x[0], case.inputs)
+  w = jnp.asarray(np.random.default_rng(0).normal(size=case.mj.nv))
+
+  def f(fm, tangent, qvel):
+    qpos = integrate_pos(fm, d0.qpos, tangent, 1.0)
+    return jnp.dot(w, P._stages(fm, d0.replace(qpos=qpos, qvel=qvel)).qfrc_passive)
+
+  return case, d0, jax.jit(f), jax.jit(jax.grad(f, argnums=(0, 1, 2)))
+
+
+def _central(f, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+  """Central differences of scalar f at x, over the entries where mask (default: all).
+
+  The step is relative for entries far from 1 (inertias of 1e-4 need a step of 1e-8).
+  """
+  grad = np.zeros_like(x)
+  for i in zip(*np.nonzero(np.ones(x.shape, bool) if mask is None else mask)):
+    eps = _EPS * min(1.0, max(abs(x[i]), 1e-2))
+    step_ = np.zeros_like(x)
+    step_[i] = eps
+    grad[i] = (float(f(x + step_)) - float(f(x - step_))) / (2 * eps)
+  return grad
+
+
+def _check(name: str, grad, fd, mask=None):
+  grad = np.asarray(grad) if mask is None else np.asarray(grad)[mask]
+  fd = fd if mask is None else fd[mask]
+  assert np.all(np.isfinite(grad)), f"{name}: non-finite gradient"
+  err = support.relerr(grad, fd)
+  assert err <= _GRAD_TOL, f"{name}: grad vs central differences relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("name", ["own:tendon", "own:fluid"])
+def test_grad_state(name: str):
+  """d(w . qfrc_passive)/d(qpos tangent, qvel) against central differences."""
+  case, d0, f, grad = _objective(name)
+  fm, zero = case.fm, np.zeros(case.mj.nv)
+  qvel = np.asarray(d0.qvel)
+  _, g_tan, g_vel = grad(fm, jnp.asarray(zero), jnp.asarray(qvel))
+  _check(f"{name} qpos", g_tan, _central(lambda t: f(fm, t, qvel), zero))
+  _check(f"{name} qvel", g_vel, _central(lambda v: f(fm, zero, v), qvel))
+
+
+_PARAMS = {
+    "own:tendon": ("tendon_stiffness", "tendon_stiffnesspoly", "tendon_damping",
+                   "tendon_dampingpoly", "tendon_lengthspring", "jnt_stiffness",
+                   "jnt_stiffnesspoly", "dof_dampingpoly", "actuator_damping", "qpos_spring"),
+    "own:fluid": ("geom_fluid", "geom_size", "body_mass", "body_inertia"),
+}
+
+
+@pytest.mark.parametrize("name,field", [(n, f) for n, fs in _PARAMS.items() for f in fs])
+def test_grad_params(name: str, field: str):
+  """d(w . qfrc_passive)/d(model parameter) against central differences."""
+  case, d0, f, grad = _objective(name)
+  fm, zero, qvel = case.fm, jnp.zeros(case.mj.nv), d0.qvel
+  x = np.asarray(getattr(fm, field))
+  g = getattr(grad(fm, zero, qvel)[0], field)
+  mask = None
+  if field == "geom_fluid":
+    # The model choice is discrete: perturb only geoms of bodies that use the ellipsoid model.
+    uses = np.zeros(case.mj.nbody, dtype=bool)
+    np.logical_or.at(uses, case.mj.geom_bodyid, case.mj.geom_fluid[:, 0] > 0)
+    mask = np.broadcast_to(uses[case.mj.geom_bodyid][:, None], x.shape)
+  fd = _central(lambda p: f(fm.replace(**{field: jnp.asarray(p)}), zero, qvel), x, mask)
+  _check(f"{name} {field}", g, fd, mask)
+  assert np.abs(np.asarray(g)[mask] if mask is not None else g).max() > 0, f"{field}: zero gradient"
+
+
+@pytest.mark.parametrize("name", ["own:tendon", "own:fluid"])
+def test_grad_finite_at_rest(name: str):
+  """Gradients stay finite at zero velocity (no wind), springs at their reference, no yield."""
+  case = P.case(name)
+  fm = case.fm.replace(opt=case.fm.opt.replace(wind=jnp.zeros(3)))
+  d0 = jax.tree.map(lambda x: x[0], case.inputs)
+  rest = make_data(fm).replace(ten_length=d0.ten_length, ten_J=d0.ten_J,
+                               ten_velocity=jnp.zeros_like(d0.ten_velocity))
+  rest = rest.replace(qpos=fm.qpos_spring)
+
+  def f(fm, tangent, qvel, params):
+    fm = fm.replace(geom_fluid=params[0], tendon_stiffness=params[1])
+    d = rest.replace(qpos=integrate_pos(fm, rest.qpos, tangent, 1.0), qvel=qvel)
+    d = P._stages(fm, d)
+    plastic = update_plastic(fm, d, d.qpos, tangent)
+    return jnp.sum(d.qfrc_passive) + jnp.sum(plastic)
+
+  zero = jnp.zeros(case.mj.nv)
+  grads = jax.jit(jax.grad(f, argnums=(1, 2, 3)))(fm, zero, zero,
+                                                  (fm.geom_fluid, fm.tendon_stiffness))
+  for g in jax.tree.leaves(grads):
+    assert np.all(np.isfinite(np.asarray(g))), f"{name}: non-finite gradient at rest"

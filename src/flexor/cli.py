@@ -98,7 +98,7 @@ def info(model: str, out: TextIO) -> None:
   """Prints sizes, the kinematic tree (bodies with their joints) and the actuators of MODEL."""
   m = _load(model, "float32")
   print(f"model: {_resolve(model)}", file=out)
-  sizes = ("nq", "nv", "nu", "na", "nbody", "njnt", "ngeom", "nsite", "ntendon")
+  sizes = ("nq", "nv", "nu", "nactuator", "na", "nbody", "njnt", "ngeom", "nsite", "ntendon")
   print("sizes: " + "  ".join(f"{s}={getattr(m, s)}" for s in sizes), file=out)
   opt = m.opt
   print(f"timestep: {float(opt.timestep):g} s  "
@@ -121,18 +121,21 @@ def info(model: str, out: TextIO) -> None:
             f"[{', '.join(joints) or 'welded'}]  {float(m.body_mass[body]):.3g} kg", file=out)
     stack.extend((child, depth + 1) for child in reversed(children.get(body, [])))
 
-  print(f"actuators: {m.nu}", file=out)
-  for a in range(m.nu):
+  print(f"actuators: {m.nactuator}", file=out)
+  for a in range(m.nactuator):
     trn = TrnType(m.actuator_trntype[a])
-    kind, label = _TRN_TARGET[trn]
+    if trn == TrnType.SO3:   # a ball joint, or a site relative to a refsite
+      kind, label = ("jnt", "joint") if m.actuator_trnid[a, 1] < 0 else ("site", "site")
+    else:
+      kind, label = _TRN_TARGET[trn]
     target = _name(getattr(m, f"names_{kind}"), int(m.actuator_trnid[a, 0]), label)
     line = (f"  {_name(m.names_actuator, a, 'actuator')}: {trn.name.lower()} {target}  "
-            f"gear {float(m.actuator_gear[a, 0]):g}  "
+            f"gear {float(m.actuator_gear[m.actuator_outadr[a], 0]):g}  "
             f"dyn {DynType(m.actuator_dyntype[a]).name.lower()}  "
             f"gain {GainType(m.actuator_gaintype[a]).name.lower()}  "
             f"bias {BiasType(m.actuator_biastype[a]).name.lower()}")
-    if m.actuator_ctrllimited[a]:
-      low, high = np.asarray(m.actuator_ctrlrange[a])
+    if m.actuator_ctrllimited[m.actuator_ctrladr[a]]:
+      low, high = np.asarray(m.actuator_ctrlrange[m.actuator_ctrladr[a]])
       line += f"  ctrlrange [{low:g}, {high:g}]"
     print(line, file=out)
 

@@ -7,6 +7,11 @@ and entry (i, j) of the mass matrix, for dof j an ancestor of dof i, is
 
 flexor stores qM dense and factors it as ``qM = qLD qLD'`` (lower Cholesky), unlike MuJoCo's
 sparse ``LDL'``; the solves agree to rounding.
+
+Armature: qM adds dof_armature, MuJoCo 4's actuator armature (times gear^2) on joints, and the
+tendon armature term ``a ten_J' ten_J``. A tendon's armature also has a velocity-dependent bias
+(``tendon_bias``, part of qfrc_bias) and an inertial force that MuJoCo 4 passes, with the
+tendon's other forces, to the bodies along its path (``tendon_cfrc_ext``, part of cfrc_ext).
 """
 
 from __future__ import annotations
@@ -15,15 +20,47 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math, tree
-from flexor.types import Data, Model
+from flexor import math, passive, tendon, tree
+from flexor.types import Data, JointType, Model, TrnType
+
+
+def dof_armature(m: Model) -> jax.Array:
+  """Armature (nv,) of each dof: dof_armature plus the armature reflected from joint actuators
+  (MuJoCo 4: actuator_armature * gear^2 on every dof of the target joint, mj_actuatorArmature)."""
+  return m.dof_armature + passive.reflected(m, m.actuator_armature, "jnt")[m.dof_jntid]
+
+
+def _tendon_armature(m: Model) -> jax.Array:
+  """Armature (ntendon,) of each tendon: tendon_armature plus that of its tendon actuators."""
+  return m.tendon_armature + passive.reflected(m, m.actuator_armature, "tendon")
+
+
+def _tendon_term(m: Model, d: Data) -> jax.Array:
+  """Tendon armature term (nv, nv) of qM (mj_tendonArmature): sum over tendons of a J' J.
+
+  MuJoCo adds it within qM's sparsity only, so entries between dofs of which neither is an
+  ancestor of the other (e.g. a fixed tendon across two trees) are dropped, here as there.
+  Needs ten_J from the tendon stage.
+  """
+  armature = _tendon_armature(m)
+  term = jnp.where(m.dof_ancestor, (armature[:, None] * d.ten_J).T @ d.ten_J, 0.0)
+  # The lower triangle, mirrored, so that qM stays exactly symmetric.
+  return term + jnp.where(np.eye(m.nv, dtype=bool), 0.0, term).T
+
+
+def armature(m: Model, d: Data) -> jax.Array:
+  """The armature part (nv, nv) of qM: dof and joint-actuator armature on the diagonal, plus
+  the tendon armature term. qM = (composite rigid-body inertia) + armature(m, d)."""
+  arm = jnp.diag(dof_armature(m))
+  return arm + _tendon_term(m, d) if m.ntendon else arm
 
 
 def crb(m: Model, d: Data) -> Data:
-  """Computes crb (nbody, 10) composite inertias and qM (nv, nv) incl. dof_armature (mj_makeM).
+  """Computes crb (nbody, 10) composite inertias and qM (nv, nv) with armature (mj_makeM).
 
-  Tendon armature (MuJoCo adds it to qM in mj_makeM) belongs to the tendon stage and is not
-  included here.
+  The diagonal gets dof_armature plus the armature reflected from joint actuators (MuJoCo 4:
+  actuator_armature * gear^2, on every dof of the target joint); models with tendons get the
+  tendon armature term ``_tendon_term`` (needs ten_J, i.e. the tendon stage before crb).
   """
   with jax.named_scope("crb"):
     cinert = d.cinert
@@ -34,9 +71,115 @@ def crb(m: Model, d: Data) -> Data:
     full = dof_force @ d.cdof.T
     strict = jnp.asarray(m.dof_ancestor & ~np.eye(m.nv, dtype=bool), dtype=full.dtype)
     lower = full * strict
-    diag = jnp.sum(dof_force * d.cdof, axis=-1) + m.dof_armature
+    diag = jnp.sum(dof_force * d.cdof, axis=-1) + dof_armature(m)
     qM = lower + lower.T + jnp.diag(diag)
+    if m.ntendon:
+      qM = qM + _tendon_term(m, d)
   return d.replace(crb=composite, qM=qM)
+
+
+# --- tendon armature's bias, and the forces tendons apply to bodies ---------------------------
+
+
+def _point_motion(m: Model, d: Data, point: jax.Array, body: np.ndarray, dof_acc: jax.Array):
+  """Velocity and Jacobian derivative times qvel of points fixed to bodies, world frame, (k, 3).
+
+  As mj_objectVelocity and mj_jacDot(...) @ qvel: with offset = point - subtree_com[root] and
+  S = sum over the body's dofs of qvel * cdof_dot (``dof_acc`` summed along the path), the
+  latter is S_lin + S_ang x offset + omega x velocity.
+  """
+  offset = point - d.subtree_com[m.body_rootid[body]]
+  ang = d.cvel[body, :3]
+  vel = d.cvel[body, 3:] - math.cross(offset, ang)
+  acc = tree.path_sum(m, dof_acc)[body]
+  return vel, acc[:, 3:] + math.cross(acc[:, :3], offset) + math.cross(ang, vel)
+
+
+def tendon_jdot(m: Model, d: Data) -> jax.Array:
+  """d(ten_J)/dt . qvel (ntendon,) (mj_tendonDot with vec = qvel).
+
+  Zero for fixed tendons; for spatial tendons the sum over the site-site pieces between
+  different bodies of ``(acc1 - acc0) . u + (vel1 - vel0) . perp`` divided by the pulley divisor,
+  with u the unit direction, perp its rate of change and acc the Jacobian derivative of the sites
+  times qvel (``_point_motion``; for a quaternion dof mj_jacDot uses cvel x cdof in place of
+  cdof_dot, as here). MuJoCo rejects tendon armature on tendons that wrap around geoms, so
+  wrapping pieces are left out.
+  """
+  zero = jnp.zeros(m.ntendon, dtype=d.qvel.dtype)
+  path = tendon._path(m)  # pylint: disable=protected-access
+  b0, b1 = m.site_bodyid[path.span_site0], m.site_bodyid[path.span_site1]
+  spans = np.flatnonzero((path.span_geom < 0) & (b0 != b1))
+  if not spans.size:
+    return zero
+  b0, b1 = b0[spans], b1[spans]
+  jtype = m.jnt_type[m.dof_jntid]
+  quat = (jtype == JointType.BALL) | ((jtype == JointType.FREE)
+                                      & (np.arange(m.nv) >= m.jnt_dofadr[m.dof_jntid] + 3))
+  cdof_dot = jnp.where(quat[:, None], math.motion_cross(d.cvel[m.dof_bodyid], d.cdof), d.cdof_dot)
+  dof_acc = cdof_dot * d.qvel[:, None]
+  p0, p1 = d.site_xpos[path.span_site0[spans]], d.site_xpos[path.span_site1[spans]]
+  vel0, acc0 = _point_motion(m, d, p0, b0, dof_acc)
+  vel1, acc1 = _point_motion(m, d, p1, b1, dof_acc)
+  norm = math.safe_norm(p1 - p0, keepdims=True)
+  far = norm > math.MINVAL
+  unit = (p1 - p0) / jnp.where(far, norm, 1.0)
+  dvel = vel1 - vel0
+  perp = jnp.where(far, (dvel - unit * jnp.sum(unit * dvel, -1, keepdims=True))
+                   / jnp.where(far, norm, 1.0), 0.0)
+  jdot = jnp.sum((acc1 - acc0) * unit, -1) + jnp.sum(dvel * perp, -1)
+  pulley = path.span_pulley[spans]
+  divisor = jnp.where(pulley >= 0, m.wrap_prm[np.maximum(pulley, 0)], 1.0)
+  return jax.ops.segment_sum(jdot / divisor, path.span_ten[spans], num_segments=m.ntendon)
+
+
+def tendon_bias(m: Model, d: Data) -> jax.Array:
+  """Bias force (nv,) of the tendon armature: sum over tendons of ten_J a (Jdot . qvel)
+  (mj_tendonBias, which MuJoCo adds to qfrc_bias and qfrc_inverse)."""
+  if not m.ntendon:
+    return jnp.zeros(m.nv, dtype=d.qvel.dtype)
+  return (_tendon_armature(m) * tendon_jdot(m, d)) @ d.ten_J
+
+
+def tendon_cfrc_ext(m: Model, d: Data) -> jax.Array:
+  """Forces of spatial tendons on bodies (nbody, 6), com-based (torque, force), as MuJoCo 4's
+  mj_rnePostConstraint adds them to cfrc_ext.
+
+  A tendon's force along its path is its spring and damper force, the force of the actuators
+  that drive it (actuator_force times gear) and its armature's inertial force
+  ``-a (ten_J qacc + Jdot qvel)``; tendon limit, friction-loss and equality forces join once the
+  constraint stage exists. Each straight piece of the path between points on different bodies
+  pulls its end points together: ``f u`` at the far end, ``-f u`` at the near one, f divided by
+  the pulley divisor. Fixed tendons act on joints only and add nothing. Needs qacc.
+  """
+  spring, damper = passive.tendon_forces(m, d)
+  force = spring + damper - _tendon_armature(m) * (d.ten_J @ d.qacc + tendon_jdot(m, d))
+  acts = np.flatnonzero(m.actuator_trntype == TrnType.TENDON) if m.nactuator else []
+  if len(acts):
+    out = m.actuator_outadr[acts]
+    force = force + jax.ops.segment_sum(d.actuator_force[out] * m.actuator_gear[out, 0],
+                                        m.actuator_trnid[acts, 0], num_segments=m.ntendon)
+  path = tendon._path(m)  # pylint: disable=protected-access
+  if not path.seg_span.size:
+    return jnp.zeros((m.nbody, 6), dtype=d.qvel.dtype)
+  x0, x1 = d.site_xpos[path.span_site0], d.site_xpos[path.span_site1]
+  _, t0, t1, wrapped = tendon._wrap_spans(m, d, path, x0, x1)  # pylint: disable=protected-access
+  points = jnp.stack([x0, t0, t1, x1], axis=1).reshape(-1, 3)
+  ends = points[path.seg_src]                                                    # (nseg, 2, 3)
+  delta = ends[:, 1] - ends[:, 0]
+  norm = math.safe_norm(delta, keepdims=True)
+  unit = delta / jnp.where(norm > math.MINVAL, norm, 1.0)
+  span = path.seg_span
+  pulley = path.span_pulley[span]
+  divisor = jnp.where(pulley >= 0, m.wrap_prm[np.maximum(pulley, 0)], 1.0)
+  used = wrapped[span] == path.seg_wrapped
+  pull = jnp.where(used, force[path.span_ten[span]] / divisor, 0.0)[:, None] * unit
+  frc = jnp.concatenate([-pull, pull])                                           # (2 nseg, 3)
+  at = jnp.concatenate([ends[:, 0], ends[:, 1]])
+  body = np.concatenate([path.seg_body[:, 0], path.seg_body[:, 1]])
+  offset = at - d.subtree_com[m.body_rootid[body]]
+  wrench = jnp.concatenate([math.cross(offset, frc), frc], axis=-1)
+  cfrc = jax.ops.segment_sum(wrench, body, num_segments=m.nbody)
+  return cfrc.at[0].set(0.0)
 
 
 def factor_m(m: Model, d: Data) -> Data:

@@ -2,17 +2,17 @@
 
 Stages, as in MuJoCo's ``engine_forward.c``:
 
-* ``fwd_position``: kinematics, com_pos, crb, factor_m;
-* ``fwd_velocity``: com_vel, passive, rne_bias;
-* ``fwd_actuation``: qfrc_actuator;
+* ``fwd_position``: kinematics, com_pos, tendon, crb, factor_m, transmission;
+* ``fwd_velocity``: tendon and actuator velocities, com_vel, passive, rne_bias;
+* ``fwd_actuation``: act_dot, actuator_force, qfrc_actuator;
 * ``fwd_acceleration``: qfrc_smooth and qacc_smooth;
 * ``fwd_constraint``: qacc and qfrc_constraint;
 
 and ``inverse`` runs the first two, then ``inv_acceleration`` (qfrc_inverse from qacc).
 
-Tendons, transmission, actuator dynamics, collision and constraints are later stages. Until the
-constraint solver exists, ``fwd_constraint`` is MuJoCo's unconstrained case: qacc = qacc_smooth
-and qfrc_constraint = 0, which is exact for models (or options) without active constraints.
+Collision and constraints are later stages. Until the constraint solver exists,
+``fwd_constraint`` is MuJoCo's unconstrained case: qacc = qacc_smooth and qfrc_constraint = 0,
+which is exact for models (or options) without active constraints.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import kinematics
-from flexor.crb import crb, factor_m, solve_m
+from flexor import actuation, kinematics, transmission
+from flexor.crb import armature, crb, factor_m, solve_m, tendon_bias
 from flexor.passive import passive
 from flexor.rne import rne, rne_bias
+from flexor.tendon import tendon, tendon_velocity
 from flexor.types import Data, DisableBit, Model
 
 
@@ -33,14 +34,18 @@ def fwd_position(m: Model, d: Data) -> Data:
   with jax.named_scope("fwd_position"):
     d = kinematics.kinematics(m, d)
     d = kinematics.com_pos(m, d)
+    d = tendon(m, d)
     d = crb(m, d)
     d = factor_m(m, d)
+    d = transmission.transmission(m, d)
   return d
 
 
 def fwd_velocity(m: Model, d: Data) -> Data:
   """Computes the velocity-dependent quantities: cvel, cdof_dot, passive forces, qfrc_bias."""
   with jax.named_scope("fwd_velocity"):
+    d = tendon_velocity(m, d)
+    d = transmission.actuator_velocity(m, d)
     d = kinematics.com_vel(m, d)
     d = passive(m, d)
     d = rne_bias(m, d)
@@ -48,26 +53,9 @@ def fwd_velocity(m: Model, d: Data) -> Data:
 
 
 def fwd_actuation(m: Model, d: Data) -> Data:
-  """Computes qfrc_actuator (nv,): gravity compensation routed through actuators.
-
-  MuJoCo adds qfrc_gravcomp of joints with ``jnt_actgravcomp`` to qfrc_actuator (instead of
-  qfrc_passive) and clamps the first dof of joints with ``jnt_actfrclimited`` to
-  ``jnt_actfrcrange``; nothing is routed when the model has no actuators or actuation is
-  disabled. Actuator forces themselves come with the actuation stage.
-  """
+  """Computes act_dot, actuator_force and qfrc_actuator (see ``flexor.actuation``)."""
   with jax.named_scope("fwd_actuation"):
-    qfrc_actuator = jnp.zeros(m.nv, dtype=d.qvel.dtype)
-    if m.nu == 0 or m.opt.disabled(DisableBit.ACTUATION):
-      return d.replace(qfrc_actuator=qfrc_actuator)
-    if not m.opt.disabled(DisableBit.GRAVITY):
-      routed = jnp.asarray(m.jnt_actgravcomp[m.dof_jntid] != 0, dtype=qfrc_actuator.dtype)
-      qfrc_actuator = qfrc_actuator + d.qfrc_gravcomp * routed
-    limited = np.flatnonzero(m.jnt_actfrclimited)
-    if limited.size:
-      dof = m.jnt_dofadr[limited]
-      lo, hi = m.jnt_actfrcrange[limited, 0], m.jnt_actfrcrange[limited, 1]
-      qfrc_actuator = qfrc_actuator.at[dof].set(jnp.clip(qfrc_actuator[dof], lo, hi))
-  return d.replace(qfrc_actuator=qfrc_actuator)
+    return actuation.actuation(m, d)
 
 
 def fwd_acceleration(m: Model, d: Data) -> Data:
@@ -109,14 +97,14 @@ def forward(m: Model, d: Data) -> Data:
 def inv_acceleration(m: Model, d: Data) -> Data:
   """Computes qfrc_inverse and qfrc_constraint (nv,) from qacc, after fwd_position/fwd_velocity.
 
-  As in mj_inverse: qfrc_inverse = rne(qacc) + dof_armature * qacc - qfrc_passive -
-  qfrc_constraint, where rne(qacc) = M qacc + qfrc_bias without armature. qfrc_constraint is zero
-  until the constraint stage exists.
+  As in mj_inverse: qfrc_inverse = rne(qacc) + armature qacc + tendon bias - qfrc_passive -
+  qfrc_constraint, where rne(qacc) = M qacc + qfrc_bias without armature (``crb.armature``,
+  ``crb.tendon_bias``). qfrc_constraint is zero until the constraint stage exists.
   """
   with jax.named_scope("inv_acceleration"):
     qfrc_constraint = jnp.zeros_like(d.qacc)
-    qfrc_inverse = (rne(m, d, flg_acc=True) + m.dof_armature * d.qacc - d.qfrc_passive
-                    - qfrc_constraint)
+    qfrc_inverse = (rne(m, d, flg_acc=True) + armature(m, d) @ d.qacc + tendon_bias(m, d)
+                    - d.qfrc_passive - qfrc_constraint)
   return d.replace(qfrc_constraint=qfrc_constraint, qfrc_inverse=qfrc_inverse)
 
 

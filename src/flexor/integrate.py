@@ -11,11 +11,12 @@ the C engine, and are reproduced: RK4 integrates quaternions as a Runge-Kutta-Mu
 implicitly (``_gyro_blocks``).
 
 MuJoCo builds the velocity derivative ``qDeriv`` of the implicit integrators analytically
-(``mjd_smooth_vel``). Here it is ``jax.jacfwd`` of the same forces with respect to qvel, restricted
-to MuJoCo's sparsity (a dof and its ancestors or descendants): entries between dofs of unrelated
-branches, e.g. a fixed tendon's damping across two trees, are dropped there and here alike. Where
-MuJoCo's analytic derivative deliberately ignores a non-smooth term (actuator force and control
-clamping), the exact derivative here includes it.
+(``mjd_smooth_vel``). Here its passive and bias parts are ``jax.jacfwd`` of the same forces with
+respect to qvel, restricted to MuJoCo's sparsity (a dof and its ancestors or descendants): entries
+between dofs of unrelated branches, e.g. a fixed tendon's damping across two trees, are dropped
+there and here alike. The actuator part reproduces MuJoCo's deliberate approximation (it drops
+saturated actuators and ignores the tendon force scaling), ``actuation.actuator_vel_deriv``, so
+that implicit steps match MuJoCo's rather than the exact derivative's.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math
-from flexor.forward import forward, fwd_actuation, fwd_velocity
+from flexor import actuation, math, passive
+from flexor.forward import forward, fwd_velocity
+from flexor.rne import rne
 from flexor.types import Data, DisableBit, IntegratorType, JointType, Model
 
 # mj_RungeKutta's N = 4 tableau. A is zero except A[i, i-1], so stage i evaluates the derivative
@@ -82,10 +84,10 @@ def _advance(m: Model, d: Data, act_dot: jax.Array, qacc: jax.Array,
              qvel: jax.Array | None = None) -> Data:
   """Advances act, qvel, qpos and time by one time step (``mj_advance``).
 
-  Activations advance by ``act_dot * h`` (filterexact dynamics and activation clamping belong to
-  the actuation stage and are not applied here). Positions advance with ``qvel`` if given (RK4),
-  else with the new velocities (semi-implicit Euler). Sets ``warning_nan`` when the new state is
-  not finite.
+  Activations advance as ``actuation.advance_act`` describes (exact integration of filterexact
+  dynamics, actrange clamping, setpoint wrapping). Positions advance with ``qvel`` if given (RK4),
+  else with the new velocities (semi-implicit Euler); the plastic state follows them
+  (``passive.update_plastic``). Sets ``warning_nan`` when the new state is not finite.
 
   Args:
     act_dot: (na,) activation derivatives.
@@ -95,13 +97,15 @@ def _advance(m: Model, d: Data, act_dot: jax.Array, qacc: jax.Array,
   h = m.opt.timestep
   act = d.act
   if m.na and not m.opt.disabled(DisableBit.ACTUATION):
-    act = act + act_dot * h
+    act = actuation.advance_act(m, d, act_dot)
   new_qvel = d.qvel + h * qacc
-  qpos = integrate_pos(m, d.qpos, new_qvel if qvel is None else qvel, h)
+  vel = new_qvel if qvel is None else qvel
+  qpos = integrate_pos(m, d.qpos, vel, h)
+  plastic = passive.update_plastic(m, d, qpos, h * vel)
   finite = (jnp.all(jnp.isfinite(qpos)) & jnp.all(jnp.isfinite(new_qvel))
             & jnp.all(jnp.isfinite(act)))
   return d.replace(qpos=qpos, qvel=new_qvel, act=act, time=d.time + h, qacc_warmstart=d.qacc,
-                   warning_nan=d.warning_nan | ~finite)
+                   plastic=plastic, warning_nan=d.warning_nan | ~finite)
 
 
 def _solve_spd(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -112,17 +116,19 @@ def _solve_spd(a: jax.Array, b: jax.Array) -> jax.Array:
 def euler(m: Model, d: Data) -> Data:
   """Semi-implicit Euler step (``mj_Euler``): advances qpos, qvel, act, time.
 
-  With dof damping (any ``dof_damping > 0``, unless the eulerdamp or damper flag is disabled)
-  the damping is integrated implicitly: ``qacc = (qM + h diag(dof_damping))^-1 (qfrc_smooth +
-  qfrc_constraint)``. Without it, ``qacc`` from ``forward`` is used as is.
+  With dof damping (see ``passive.dof_damper_deriv``; unless the eulerdamp or damper flag is
+  disabled) the damping is integrated implicitly: ``qacc = (qM + h diag(B))^-1 (qfrc_smooth +
+  qfrc_constraint)`` with B the damper force's derivative (polynomial and actuator damping
+  included). Without it, ``qacc`` from ``forward`` is used as is.
   """
   with jax.named_scope("euler"):
     qacc = d.qacc
     if m.nv and not (m.opt.disabled(DisableBit.EULERDAMP) or m.opt.disabled(DisableBit.DAMPER)):
       h = m.opt.timestep
-      damped = _solve_spd(d.qM + jnp.diag(h * m.dof_damping), d.qfrc_smooth + d.qfrc_constraint)
-      # dof_damping is traced, so MuJoCo's "any damping" test is a select; both branches are finite.
-      qacc = jnp.where(jnp.any(m.dof_damping > 0), damped, qacc)
+      deriv, any_damping = passive.dof_damper_deriv(m, d.qvel)
+      damped = _solve_spd(d.qM + jnp.diag(h * deriv), d.qfrc_smooth + d.qfrc_constraint)
+      # The damping is traced, so MuJoCo's "any damping" test is a select; both branches are finite.
+      qacc = jnp.where(any_damping, damped, qacc)
     return _advance(m, d, d.act_dot, qacc)
 
 
@@ -152,8 +158,9 @@ def rk4(m: Model, d: Data) -> Data:
   Stages 2-4 run ``forward`` at intermediate states and times; the final update combines the
   stage accelerations and activation derivatives with weights B. Quaternions are integrated on
   the rotation group as MuJoCo 4 does (Runge-Kutta-Munthe-Kaas): the position velocities of the
-  stages pass through ``_dexpinv`` before they are combined. As in MuJoCo, the derived fields of
-  the result (qacc, qM, ...) are those of the last stage.
+  stages pass through ``_dexpinv`` before they are combined. As in MuJoCo, most derived fields
+  of the result (qacc, qM, ...) are those of the last stage; tendon lengths and Jacobians and
+  actuator velocities are those of the first.
   """
   with jax.named_scope("rk4"):
     h = m.opt.timestep
@@ -175,8 +182,12 @@ def rk4(m: Model, d: Data) -> Data:
 
     # One scan over the three stages keeps a single copy of forward in the compiled program.
     coefs = jnp.asarray(np.stack([_RK4_A, _RK4_B[1:]], axis=-1), dtype=qvel0.dtype)
+    start = d
     (sums, _, d), _ = jax.lax.scan(stage, (sums, (qvel0, d.qacc, d.act_dot), d), coefs)
-    d = d.replace(qpos=qpos0, qvel=qvel0, act=act0, time=time0)
+    # MuJoCo 4 advances with the tendon lengths, Jacobians and actuator velocities of the start
+    # of the step (measured): the plastic update and the bristle states of dcmotors use them.
+    d = d.replace(qpos=qpos0, qvel=qvel0, act=act0, time=time0, ten_length=start.ten_length,
+                  ten_J=start.ten_J, actuator_velocity=start.actuator_velocity)
     return _advance(m, d, sums[2], sums[1], sums[0])
 
 
@@ -184,14 +195,17 @@ def _vel_jacobians(m: Model, d: Data, bias: bool) -> tuple[jax.Array, ...]:
   """Derivatives with respect to qvel on MuJoCo's sparsity, each (nv, nv).
 
   Returns d(qfrc_passive + qfrc_actuator)/d(qvel), and, if ``bias``, -d(qfrc_bias)/d(qvel).
+  The actuator part is MuJoCo's own approximation (``actuation.actuator_vel_deriv``).
   """
   def forces(qvel: jax.Array):
-    dv = fwd_actuation(m, fwd_velocity(m, d.replace(qvel=qvel)))
-    smooth = dv.qfrc_passive + dv.qfrc_actuator
-    return (smooth, -dv.qfrc_bias) if bias else (smooth,)
+    dv = fwd_velocity(m, d.replace(qvel=qvel))
+    # MuJoCo's mjd_rne_vel leaves out the tendon armature's bias (mj_tendonBias): rne alone.
+    return (dv.qfrc_passive, -rne(m, dv)) if bias else (dv.qfrc_passive,)
 
   related = m.dof_ancestor | m.dof_ancestor.T
-  return tuple(jnp.where(related, jac, 0.0) for jac in jax.jacfwd(forces)(d.qvel))
+  jacs = jax.jacfwd(forces)(d.qvel)
+  jacs = (jacs[0] + actuation.actuator_vel_deriv(m, d),) + tuple(jacs[1:])
+  return tuple(jnp.where(related, jac, 0.0) for jac in jacs)
 
 
 def _gyro_blocks(m: Model) -> np.ndarray:

@@ -5,10 +5,24 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from flexor import setconst
 from flexor.errors import MJCFError
 from flexor.mjcf import parse
 from flexor.mjcf.compile import compile_model
 from flexor.types import Model
+
+
+def _compile(source: parse.Source, dtype: Any) -> Model:
+  """Compiles ``source``, then fills the compile-time constants that need the simulation."""
+  model, pending = compile_model(source, dtype)
+  try:
+    return setconst.set_const(model, setconst.Pending(
+        springdamper=pending["springdamper"],
+        lengthrange=setconst.LengthRangeOptions(**pending["lengthrange"])))
+  except setconst.LengthRangeError as e:
+    element = pending["actuator_elements"][e.actuator]
+    raise source.error(element, f"{e}; give the muscle a lengthrange, or limit its joint or "
+                       "tendon and set <compiler><lengthrange uselimit=\"true\">") from None
 
 
 def load_mjcf(path: str | os.PathLike, *, dtype: Any = None, root: str | os.PathLike | None = None
@@ -33,7 +47,7 @@ def load_mjcf(path: str | os.PathLike, *, dtype: Any = None, root: str | os.Path
     if os.path.commonpath([real_root, real]) != real_root:
       raise MJCFError(f"model file is outside the allowed root folder {real_root}", file=path)
   source = parse.load(data, path, root_dir=os.fspath(root) if root is not None else None)
-  return compile_model(source, dtype)
+  return _compile(source, dtype)
 
 
 def load_mjcf_string(xml: str | bytes, assets: dict[str, bytes] | None = None, *,
@@ -50,4 +64,4 @@ def load_mjcf_string(xml: str | bytes, assets: dict[str, bytes] | None = None, *
   """
   data = xml.encode() if isinstance(xml, str) else xml
   source = parse.load(data, None, assets=assets)
-  return compile_model(source, dtype)
+  return _compile(source, dtype)

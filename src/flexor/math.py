@@ -21,6 +21,12 @@ def safe_norm(x: jax.Array, axis: int = -1, keepdims: bool = False) -> jax.Array
   return jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, sq, 1.0)), 0.0)
 
 
+def safe_sqrt(x: jax.Array) -> jax.Array:
+  """sqrt(max(x, 0)) with a finite (zero) gradient at and below 0."""
+  positive = x > 0
+  return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1.0)), 0.0)
+
+
 def normalize(x: jax.Array) -> jax.Array:
   """x / |x| along the last axis; x unchanged where |x| < mjMINVAL (as mju_normalize)."""
   n = safe_norm(x, keepdims=True)

@@ -1,15 +1,33 @@
-"""Passive forces: joint springs, dof dampers, gravity compensation and fluid forces (mj_passive).
+"""Passive forces (mj_passive): springs, dampers, gravity compensation, fluid forces, plasticity.
+
+Springs and dampers (mj_springdamper), with MuJoCo 4.0's polynomial profiles (``mju_polyForce``):
+
+* a spring of stiffness ``k`` and higher-order coefficients ``(b, c)`` (``*_stiffnesspoly``)
+  pushes back with ``-x (k + b x + c x^2)`` at displacement ``x``; a damper of damping ``a`` and
+  ``(b, c)`` (``*_dampingpoly``) with ``-v (a + b |v| + c v^2)`` at velocity ``v``.
+* Joint springs act on hinge/slide coordinates; on ball and free rotations (and free
+  translations) the displacement is a 3-vector ``dif`` and the force ``-dif * poly(|dif|)``.
+  Their reference is ``qpos_spring``, or, for plastic joints, the state in ``Data.plastic``.
+* Dof dampers act on every dof. Tendon springs act outside the dead band ``[lower, upper]``
+  (``tendon_lengthspring`` or, for plastic tendons, ``Data.plastic``), tendon dampers on
+  ``ten_velocity``; both map to joint space through ``ten_J``.
+* Actuators with a joint or tendon transmission add ``actuator_damping`` and
+  ``actuator_dampingpoly`` times gear^2 to their target's damping (MuJoCo 4's reflected damping,
+  ``mj_actuatorDamping``; also when actuation or the actuator's group is disabled).
+
+Ideal elasto-plasticity (MuJoCo 4.0's ``springyield``): a joint or tendon with positive
+``springyield`` at compile time owns entries of ``Data.plastic`` at ``jnt_plasticadr`` /
+``tendon_plasticadr`` (1 for hinge/slide, a quaternion for ball, ``(lower, upper)`` for tendons),
+initialised from ``qpos_spring`` / ``tendon_lengthspring``. The springs above use it as their
+reference; ``update_plastic`` moves it after each integration step (see there).
 
 Which terms MuJoCo 4.0 computes under the disable flags (measured with MuJoCo 4.0.0):
-``DisableBit.SPRING`` zeroes ``qfrc_spring``, ``DisableBit.DAMPER`` zeroes ``qfrc_damper``, both
-together zero every passive force (gravity compensation and fluid included), and
-``DisableBit.GRAVITY`` zeroes ``qfrc_gravcomp``.
+``DisableBit.SPRING`` zeroes ``qfrc_spring`` (and freezes the plastic state), ``DisableBit.DAMPER``
+zeroes ``qfrc_damper``, both together zero every passive force (gravity compensation and fluid
+included), and ``DisableBit.GRAVITY`` zeroes ``qfrc_gravcomp``.
 
-Not modelled yet: tendon springs and dampers (they need the tendon stage), flex elasticity, the
-higher-order coefficients ``jnt_stiffnesspoly``/``dof_dampingpoly`` and ``jnt_springyield`` of
-MuJoCo 4.0 (zero in every conformance model), and the ellipsoid fluid model selected by
-``<geom fluidshape="ellipsoid">`` (no conformance model uses it): every body uses the
-inertia-box model.
+Fluid forces (inertia-box and ellipsoid models) are in ``flexor.fluid``. Not modelled: flex
+elasticity, passive contact and adhesion forces (flexor has no flexes and no contacts yet).
 """
 
 from __future__ import annotations
@@ -19,36 +37,146 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import kinematics, math
-from flexor.types import Data, DisableBit, JointType, Model
+from flexor.fluid import fluid
+from flexor.types import Data, DisableBit, JointType, Model, TrnType
 
 
-def _spring(m: Model, d: Data) -> jax.Array:
-  """Joint spring forces (nv,): -stiffness * (qpos - qpos_spring), quaternions via quat_sub."""
+def poly_force(linear: jax.Array, poly: jax.Array, x: jax.Array, odd: bool) -> jax.Array:
+  """Coefficient p(x) = linear + poly[0] x + poly[1] x^2 of a force -x p(x) (mju_polyForce).
+
+  Args:
+    linear: (...,) linear coefficient.
+    poly: (..., 2) higher-order coefficients.
+    x: (...,) displacement or velocity.
+    odd: use |x| in place of x (damping: the force is then an odd function of x).
+  """
+  x = jnp.abs(x) if odd else x
+  return linear + poly[..., 0] * x + poly[..., 1] * (x * x)
+
+
+def reflected(m: Model, value: jax.Array, target: str) -> jax.Array:
+  """Sum of ``value * gear^2`` over the actuators acting on each joint or tendon.
+
+  MuJoCo 4's reflected actuator damping and armature (mj_actuatorDamping, mj_actuatorArmature):
+  actuators with a joint or jointinparent transmission contribute to their joint, those with a
+  tendon transmission to their tendon, scaled by the square of their first gear component.
+
+  Args:
+    value: (nactuator, ...) per-actuator coefficient.
+    target: "jnt" or "tendon".
+  Returns:
+    (njnt, ...) or (ntendon, ...).
+  """
+  kinds = (TrnType.JOINT, TrnType.JOINTINPARENT) if target == "jnt" else (TrnType.TENDON,)
+  count = m.njnt if target == "jnt" else m.ntendon
+  acts = np.flatnonzero(np.isin(m.actuator_trntype, kinds)) if m.nactuator else np.zeros(0, int)
+  if not acts.size:
+    return jnp.zeros((count,) + value.shape[1:], dtype=value.dtype)
+  gear2 = m.actuator_gear[m.actuator_outadr[acts], 0] ** 2
+  gear2 = gear2.reshape(gear2.shape + (1,) * (value.ndim - 1))
+  return jax.ops.segment_sum(value[acts] * gear2, m.actuator_trnid[acts, 0], num_segments=count)
+
+
+def _spring_reference(m: Model, d: Data) -> jax.Array:
+  """Joint spring reference (nq,): qpos_spring, with the plastic joints' state substituted."""
+  ref = m.qpos_spring
+  plastic = np.flatnonzero(m.jnt_plasticadr >= 0)
+  if plastic.size:
+    width = np.where(m.jnt_type[plastic] == JointType.BALL, 4, 1)
+    qadr = np.concatenate([m.jnt_qposadr[j] + np.arange(w) for j, w in zip(plastic, width)])
+    padr = np.concatenate([m.jnt_plasticadr[j] + np.arange(w) for j, w in zip(plastic, width)])
+    ref = ref.at[qadr].set(d.plastic[padr])
+  return ref
+
+
+def _joint_spring(m: Model, d: Data) -> jax.Array:
+  """Joint spring forces (nv,); quaternion displacements via quat_sub."""
   qfrc = jnp.zeros(m.nv, dtype=d.qpos.dtype)
   jtype = m.jnt_type
+  ref = _spring_reference(m, d)
+  k, spoly = m.jnt_stiffness, m.jnt_stiffnesspoly
 
   scalar = np.flatnonzero((jtype == JointType.HINGE) | (jtype == JointType.SLIDE))
   if scalar.size:
     adr = m.jnt_qposadr[scalar]
-    qfrc = qfrc.at[m.jnt_dofadr[scalar]].set(
-        -m.jnt_stiffness[scalar] * (d.qpos[adr] - m.qpos_spring[adr]))
+    x = d.qpos[adr] - ref[adr]
+    qfrc = qfrc.at[m.jnt_dofadr[scalar]].set(-x * poly_force(k[scalar], spoly[scalar], x, False))
 
   free = np.flatnonzero(jtype == JointType.FREE)
   if free.size:
     adr = m.jnt_qposadr[free][:, None] + np.arange(3)
-    qfrc = qfrc.at[m.jnt_dofadr[free][:, None] + np.arange(3)].set(
-        -m.jnt_stiffness[free][:, None] * (d.qpos[adr] - m.qpos_spring[adr]))
+    dif = d.qpos[adr] - ref[adr]
+    coef = poly_force(k[free], spoly[free], math.safe_norm(dif), False)
+    qfrc = qfrc.at[m.jnt_dofadr[free][:, None] + np.arange(3)].set(-coef[:, None] * dif)
 
   # Rotational parts of ball and free joints: quaternion at qpos offset 0 resp. 3, dofs 0 resp. 3.
   rot = np.flatnonzero((jtype == JointType.BALL) | (jtype == JointType.FREE))
   if rot.size:
     shift = np.where(jtype[rot] == JointType.FREE, 3, 0)
     qadr = (m.jnt_qposadr[rot] + shift)[:, None] + np.arange(4)
-    quat = math.quat_normalize(d.qpos[qadr])
-    dif = math.quat_sub(quat, m.qpos_spring[qadr])
-    qfrc = qfrc.at[(m.jnt_dofadr[rot] + shift)[:, None] + np.arange(3)].set(
-        -m.jnt_stiffness[rot][:, None] * dif)
+    dif = math.quat_sub(math.quat_normalize(d.qpos[qadr]), ref[qadr])
+    coef = poly_force(k[rot], spoly[rot], math.safe_norm(dif), False)
+    qfrc = qfrc.at[(m.jnt_dofadr[rot] + shift)[:, None] + np.arange(3)].set(-coef[:, None] * dif)
   return qfrc
+
+
+def dof_damping(m: Model) -> tuple[jax.Array, jax.Array]:
+  """Linear (nv,) and higher-order (nv, 2) damping coefficients of each dof, incl. actuators'."""
+  damping = m.dof_damping + reflected(m, m.actuator_damping, "jnt")[m.dof_jntid]
+  poly = m.dof_dampingpoly + reflected(m, m.actuator_dampingpoly, "jnt")[m.dof_jntid]
+  return damping, poly
+
+
+def dof_damper_deriv(m: Model, qvel: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Derivative (nv,) of minus the dof damper force w.r.t. qvel, and whether any dof is damped.
+
+  ``a + 2 b |v| + 3 c v^2`` (mjd_xPolyForce), the diagonal that Euler's implicit damping adds to
+  qM times the time step. The flag () is MuJoCo's test: positive damping, a non-zero polynomial
+  coefficient, or damping reflected from an actuator.
+  """
+  damping, poly = dof_damping(m)
+  v = jnp.abs(qvel)
+  deriv = damping + 2.0 * poly[:, 0] * v + 3.0 * poly[:, 1] * (v * v)
+  damped = jnp.any(m.dof_damping > 0) | jnp.any(poly != 0) | jnp.any(damping != m.dof_damping)
+  return deriv, damped
+
+
+def _dof_damper(m: Model, d: Data) -> jax.Array:
+  """Dof damper forces (nv,), with the damping reflected from joint actuators."""
+  damping, poly = dof_damping(m)
+  return -d.qvel * poly_force(damping, poly, d.qvel, True)
+
+
+def _tendon_spring_range(m: Model, d: Data) -> jax.Array:
+  """Spring dead band (ntendon, 2) of each tendon: tendon_lengthspring or its plastic state."""
+  band = m.tendon_lengthspring
+  plastic = np.flatnonzero(m.tendon_plasticadr >= 0)
+  if plastic.size:
+    padr = m.tendon_plasticadr[plastic][:, None] + np.arange(2)
+    band = band.at[plastic].set(d.plastic[padr])
+  return band
+
+
+def tendon_forces(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
+  """Tendon spring and damper forces along each tendon, (ntendon,) each, in N (zero where the
+  disable flags turn them off, as in passive)."""
+  spring = not m.opt.disabled(DisableBit.SPRING)
+  damper = not m.opt.disabled(DisableBit.DAMPER)
+  length, velocity = d.ten_length, d.ten_velocity
+  zero = jnp.zeros_like(length)
+  frc_spring = frc_damper = zero
+  if not (spring or damper):
+    return zero, zero
+  if spring:
+    band = _tendon_spring_range(m, d)
+    lower, upper = band[:, 0], band[:, 1]
+    x = jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
+    frc_spring = -x * poly_force(m.tendon_stiffness, m.tendon_stiffnesspoly, x, False)
+  if damper:
+    damping = m.tendon_damping + reflected(m, m.actuator_damping, "tendon")
+    poly = m.tendon_dampingpoly + reflected(m, m.actuator_dampingpoly, "tendon")
+    frc_damper = -velocity * poly_force(damping, poly, velocity, True)
+  return frc_spring, frc_damper
 
 
 def _gravcomp(m: Model, d: Data) -> jax.Array:
@@ -57,65 +185,88 @@ def _gravcomp(m: Model, d: Data) -> jax.Array:
   return kinematics.apply_ft(m, d, force, jnp.zeros_like(force), d.xipos)
 
 
-def _fluid(m: Model, d: Data) -> jax.Array:
-  """Fluid forces (nv,) of MuJoCo's inertia-box model (mj_inertiaBoxFluidModel).
-
-  Each body is the box with its mass and inertia. Viscous (Stokes) drag acts on the sphere of the
-  box's mean side; quadratic drag of density ``opt.density`` on the box's faces; both act on the
-  velocity relative to ``opt.wind`` in the inertial frame, at xipos.
-  """
-  opt = m.opt
-  mass, inertia = m.body_mass, m.body_inertia
-  heavy = mass >= math.MINVAL
-  safe_mass = jnp.where(heavy, mass, 1.0)
-  # Side lengths of the equivalent box: I_x = m (b_y^2 + b_z^2) / 12 and so on.
-  moments = jnp.sum(inertia, axis=-1, keepdims=True) - 2.0 * inertia
-  box = jnp.sqrt(jnp.maximum(math.MINVAL, moments) / safe_mass[:, None] * 6.0)   # (nbody, 3)
-
-  # Body velocity at xipos, in the inertial frame, relative to the wind.
-  ang, lin = d.cvel[:, :3], d.cvel[:, 3:]
-  offset = d.xipos - d.subtree_com[m.body_rootid]
-  lin = lin - math.cross(offset, ang)
-  lang = jnp.einsum("bji,bj->bi", d.ximat, ang)
-  llin = jnp.einsum("bji,bj->bi", d.ximat, lin - opt.wind[None, :])
-
-  diam = jnp.mean(box, axis=-1, keepdims=True)
-  viscous = opt.viscosity > 0
-  frc_ang = jnp.where(viscous, -jnp.pi * diam**3 * opt.viscosity, 0.0) * lang
-  frc_lin = jnp.where(viscous, -3.0 * jnp.pi * diam * opt.viscosity, 0.0) * llin
-
-  bx, by, bz = box[:, 0:1], box[:, 1:2], box[:, 2:3]
-  face = jnp.concatenate([by * bz, bx * bz, bx * by], axis=-1)
-  spin = jnp.concatenate([bx * (by**4 + bz**4), by * (bx**4 + bz**4), bz * (bx**4 + by**4)],
-                         axis=-1)
-  dense = opt.density > 0
-  frc_lin = frc_lin - jnp.where(dense, 0.5 * opt.density, 0.0) * face * jnp.abs(llin) * llin
-  frc_ang = frc_ang - jnp.where(dense, opt.density / 64.0, 0.0) * spin * jnp.abs(lang) * lang
-
-  force = jnp.where(heavy[:, None], jnp.einsum("bij,bj->bi", d.ximat, frc_lin), 0.0)
-  torque = jnp.where(heavy[:, None], jnp.einsum("bij,bj->bi", d.ximat, frc_ang), 0.0)
-  return kinematics.apply_ft(m, d, force, torque, d.xipos)
-
-
 def passive(m: Model, d: Data) -> Data:
   """Computes qfrc_spring, qfrc_damper, qfrc_gravcomp, qfrc_fluid and qfrc_passive, all (nv,).
 
-  qfrc_passive = spring + damper + fluid + gravcomp on the dofs of joints without
-  ``jnt_actgravcomp`` (the others receive it in ``qfrc_actuator``, see ``fwd_actuation``).
-  Needs kinematics, com_pos and com_vel.
+  qfrc_spring and qfrc_damper include the tendon terms ``ten_J' f``; qfrc_passive = spring +
+  damper + fluid + gravcomp on the dofs of joints without ``jnt_actgravcomp`` (the others
+  receive it in ``qfrc_actuator``). Needs kinematics, com_pos, com_vel and, for models with
+  tendons, ten_length, ten_J and ten_velocity.
   """
   with jax.named_scope("passive"):
     zero = jnp.zeros(m.nv, dtype=d.qvel.dtype)
-    spring_off = m.opt.disabled(DisableBit.SPRING)
-    damper_off = m.opt.disabled(DisableBit.DAMPER)
-    if spring_off and damper_off:
+    spring_on = not m.opt.disabled(DisableBit.SPRING)
+    damper_on = not m.opt.disabled(DisableBit.DAMPER)
+    if not (spring_on or damper_on):
       return d.replace(qfrc_spring=zero, qfrc_damper=zero, qfrc_gravcomp=zero, qfrc_fluid=zero,
                        qfrc_passive=zero)
-    qfrc_spring = zero if spring_off else _spring(m, d)
-    qfrc_damper = zero if damper_off else -m.dof_damping * d.qvel
+    qfrc_spring = _joint_spring(m, d) if spring_on else zero
+    qfrc_damper = _dof_damper(m, d) if damper_on else zero
+    if m.ntendon:
+      frc_spring, frc_damper = tendon_forces(m, d)
+      qfrc_spring = qfrc_spring + frc_spring @ d.ten_J
+      qfrc_damper = qfrc_damper + frc_damper @ d.ten_J
     qfrc_gravcomp = zero if m.opt.disabled(DisableBit.GRAVITY) else _gravcomp(m, d)
-    qfrc_fluid = _fluid(m, d)
+    qfrc_fluid = fluid(m, d)
     passive_gravcomp = jnp.asarray(m.jnt_actgravcomp[m.dof_jntid] == 0, dtype=zero.dtype)
     qfrc_passive = qfrc_spring + qfrc_damper + qfrc_fluid + qfrc_gravcomp * passive_gravcomp
   return d.replace(qfrc_spring=qfrc_spring, qfrc_damper=qfrc_damper, qfrc_gravcomp=qfrc_gravcomp,
                    qfrc_fluid=qfrc_fluid, qfrc_passive=qfrc_passive)
+
+
+def update_plastic(m: Model, d: Data, qpos: jax.Array, dq: jax.Array) -> jax.Array:
+  """The plastic state (nplastic,) after a step to positions ``qpos``, as MuJoCo 4.0's mj_advance.
+
+  Ideal plasticity with yield threshold y = ``*_springyield``: where the spring displacement from
+  the reference exceeds y, the reference moves just enough that it equals y (y = 0: full slip).
+
+  * hinge/slide: ``ref = qpos -+ y`` when ``|qpos - ref| > y``;
+  * ball: ``ref = ref * exp((r - y) u)`` when ``r = |dif| > y``, ``dif = r u = quat_sub(q, ref)``;
+  * tendon band ``(lower, upper)``: beyond the band by more than y, both bounds shift by the
+    excess; a slack band ``(0, upper > 0)`` stretched keeps ``lower`` at 0. The tendon length is
+    linearised from the start of the step, ``ten_length + ten_J dq`` (as MuJoCo, measured).
+
+  Nothing moves when springs are disabled. Every choice is a ``jnp.where`` with finite branches.
+
+  Args:
+    d: the Data the step started from (its plastic, ten_length and ten_J).
+    qpos: (nq,) positions after the step.
+    dq: (nv,) position increment of the step (time step times the integrated velocity).
+  """
+  plastic = d.plastic
+  if not m.nplastic or m.opt.disabled(DisableBit.SPRING):
+    return plastic
+  jtype = m.jnt_type
+
+  scalar = np.flatnonzero((m.jnt_plasticadr >= 0) & (jtype != JointType.BALL))
+  if scalar.size:
+    padr = m.jnt_plasticadr[scalar]
+    q, ref, y = qpos[m.jnt_qposadr[scalar]], plastic[padr], m.jnt_springyield[scalar]
+    x = q - ref
+    plastic = plastic.at[padr].set(jnp.where(x > y, q - y, jnp.where(x < -y, q + y, ref)))
+
+  ball = np.flatnonzero((m.jnt_plasticadr >= 0) & (jtype == JointType.BALL))
+  if ball.size:
+    padr = m.jnt_plasticadr[ball][:, None] + np.arange(4)
+    ref, y = plastic[padr], m.jnt_springyield[ball]
+    q = math.quat_normalize(qpos[m.jnt_qposadr[ball][:, None] + np.arange(4)])
+    dif = math.quat_sub(q, ref)
+    r = math.safe_norm(dif)
+    yielded = r > y
+    axis = dif / jnp.where(yielded, r, 1.0)[:, None]
+    moved = math.quat_mul(ref, math.axis_angle_to_quat(axis, jnp.where(yielded, r - y, 0.0)))
+    plastic = plastic.at[padr].set(jnp.where(yielded[:, None], moved, ref))
+
+  tendon = np.flatnonzero(m.tendon_plasticadr >= 0)
+  if tendon.size:
+    padr = m.tendon_plasticadr[tendon]
+    lower, upper, y = plastic[padr], plastic[padr + 1], m.tendon_springyield[tendon]
+    length = d.ten_length[tendon] + d.ten_J[tendon] @ dq
+    over, under = length - upper, length - lower
+    stretched = (length > upper) & (over > y)
+    compressed = (length < lower) & (under < -y)
+    shift = jnp.where(stretched, over - y, jnp.where(compressed, under + y, 0.0))
+    slack = stretched & (lower == 0) & (upper > 0)
+    plastic = plastic.at[padr].set(jnp.where(slack, lower, lower + shift))
+    plastic = plastic.at[padr + 1].set(upper + shift)
+  return plastic

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math, tree
+from flexor import crb, math, tree
 from flexor.types import Data, DisableBit, Model
 
 
@@ -50,17 +50,19 @@ def rne(m: Model, d: Data, flg_acc: bool = False) -> jax.Array:
 
 
 def rne_bias(m: Model, d: Data) -> Data:
-  """Computes qfrc_bias (nv,): Coriolis, centrifugal and gravity forces (rne at qacc = 0)."""
+  """Computes qfrc_bias (nv,): Coriolis, centrifugal and gravity forces (rne at qacc = 0), plus
+  the tendon armature's bias (``crb.tendon_bias``, as mj_tendonBias)."""
   with jax.named_scope("rne_bias"):
-    qfrc_bias = rne(m, d, flg_acc=False)
+    qfrc_bias = rne(m, d, flg_acc=False) + crb.tendon_bias(m, d)
   return d.replace(qfrc_bias=qfrc_bias)
 
 
 def rne_postconstraint(m: Model, d: Data) -> Data:
   """Computes cacc, cfrc_ext and cfrc_int (nbody, 6) from qacc (mj_rnePostConstraint).
 
-  cfrc_ext holds ``xfrc_applied`` moved to com-based frames; contact and equality forces join
-  it once the constraint stage exists. cfrc_int is the force each body receives from its parent,
+  cfrc_ext holds ``xfrc_applied`` moved to com-based frames and, as in MuJoCo 4, the forces of
+  spatial tendons (``crb.tendon_cfrc_ext``); contact and equality forces join it once the
+  constraint stage exists. cfrc_int is the force each body receives from its parent,
   cfrc_body - cfrc_ext summed over the subtree; the world's row sums the roots' rows.
   """
   with jax.named_scope("rne_postconstraint"):
@@ -69,6 +71,8 @@ def rne_postconstraint(m: Model, d: Data) -> Data:
     offset = d.xipos - d.subtree_com[m.body_rootid]
     cfrc_ext = jnp.concatenate([torque + math.cross(offset, force), force], axis=-1)
     cfrc_ext = cfrc_ext.at[0].set(0.0)
+    if m.ntendon:
+      cfrc_ext = cfrc_ext + crb.tendon_cfrc_ext(m, d)   # MuJoCo 4: spatial tendons' forces
     own = _cfrc_body(d, cacc) - cfrc_ext  # zero on the world row (zero cinert and cfrc_ext)
     cfrc_int = tree.subtree_sum(m, own)
     roots = (m.body_parentid == 0) & (np.arange(m.nbody) > 0)

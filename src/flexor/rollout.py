@@ -48,8 +48,8 @@ def rollout(m: Model, d: Data, ctrl_seq: jax.Array | None = None, *, nstep: int 
     raise ValueError(f"unknown Data fields {unknown}")
 
   def body(d: Data, ctrl: jax.Array | None):
-    if ctrl is not None:
-      d = d.replace(ctrl=ctrl)
+    if ctrl is not None:  # in the Data's dtype: float64 controls may drive a float32 model
+      d = d.replace(ctrl=ctrl.astype(d.ctrl.dtype))
     d = step(m, d)
     return d, {name: getattr(d, name) for name in fields}
 

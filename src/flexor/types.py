@@ -384,8 +384,10 @@ class Model(_Node):
   # sizes
   nq: int
   nv: int
-  nu: int
-  na: int
+  nu: int                       # scalar controls, dim(ctrl)
+  nactuator: int
+  nout: int                     # actuator force outputs
+  na: int                       # activation states
   nbody: int
   njnt: int
   ngeom: int
@@ -397,6 +399,7 @@ class Model(_Node):
   nmocap: int
   neq: int
   nkey: int
+  nplastic: int                 # plastic state entries (MuJoCo 4 springyield)
   opt: Option
 
   # bodies
@@ -411,6 +414,7 @@ class Model(_Node):
   body_geomnum: np.ndarray = _field("nbody", derived=True)
   body_geomadr: np.ndarray = _field("nbody", derived=True)
   body_sameframe: np.ndarray = _field("nbody", fill=0)  # mjtSameFrame of the inertial frame
+  body_simple: np.ndarray = _field("nbody", derived=True)  # 1: diagonal qM block; 2: sliders only
   body_pos: jax.Array = _field("nbody", 3)         # position offset rel. to parent body
   body_quat: jax.Array = _field("nbody", 4)        # orientation offset rel. to parent body
   body_ipos: jax.Array = _field("nbody", 3)        # local position of centre of mass
@@ -436,6 +440,7 @@ class Model(_Node):
   jnt_stiffness: jax.Array = _field("njnt", fill=0.0)  # N/m or Nm/rad
   jnt_stiffnesspoly: jax.Array = _field("njnt", 2, fill=0.0)  # quadratic, cubic coefficients
   jnt_springyield: jax.Array = _field("njnt", fill=0.0)  # plastic yield threshold; 0: elastic
+  jnt_plasticadr: np.ndarray = _field("njnt", derived=True)  # Data.plastic address or -1
   jnt_range: jax.Array = _field("njnt", 2, fill=0.0)  # m or rad
   jnt_actfrcrange: jax.Array = _field("njnt", 2, fill=0.0)
   jnt_margin: jax.Array = _field("njnt", fill=0.0)
@@ -450,6 +455,8 @@ class Model(_Node):
   dof_armature: jax.Array = _field("nv", fill=0.0)   # kg m^2 or kg
   dof_damping: jax.Array = _field("nv", fill=0.0)    # N s/m or Nm s/rad
   dof_dampingpoly: jax.Array = _field("nv", 2, fill=0.0)  # quadratic, cubic coefficients
+  dof_M0: jax.Array = _field("nv", fill=0.0)         # diag(qM) at qpos0 without tendon armature
+  dof_invweight0: jax.Array = _field("nv", fill=0.0)  # diag(qM^-1) at qpos0, joint-averaged
 
   # geoms
   geom_type: np.ndarray = _field("ngeom")
@@ -498,36 +505,62 @@ class Model(_Node):
   tendon_dampingpoly: jax.Array = _field("ntendon", 2, fill=0.0)
   tendon_armature: jax.Array = _field("ntendon", fill=0.0)       # kg
   tendon_frictionloss: jax.Array = _field("ntendon", fill=0.0)
+  tendon_group: np.ndarray = _field("ntendon", fill=0)
+  tendon_margin: jax.Array = _field("ntendon", fill=0.0)          # m, limit detection margin
+  tendon_solref_lim: jax.Array = _field("ntendon", 2, fill=_SOLREF)
+  tendon_solimp_lim: jax.Array = _field("ntendon", 5, fill=_SOLIMP)
+  tendon_solref_fri: jax.Array = _field("ntendon", 2, fill=_SOLREF)
+  tendon_solimp_fri: jax.Array = _field("ntendon", 5, fill=_SOLIMP)
   tendon_lengthspring: jax.Array = _field("ntendon", 2, fill=0.0)  # spring dead band, m
+  tendon_springyield: jax.Array = _field("ntendon", fill=0.0)  # plastic yield threshold, m
+  tendon_plasticadr: np.ndarray = _field("ntendon", derived=True)  # Data.plastic address or -1
   tendon_length0: jax.Array = _field("ntendon", fill=0.0)        # length at qpos0, m
+  tendon_invweight0: jax.Array = _field("ntendon", fill=0.0)     # J qM^-1 J' at qpos0
   wrap_type: np.ndarray = _field("nwrap", fill=0)    # WrapType
   wrap_objid: np.ndarray = _field("nwrap", fill=-1)  # joint, site or geom id
   wrap_prm: jax.Array = _field("nwrap", fill=0.0)    # joint coef, pulley divisor or sidesite id
 
-  # actuators
-  actuator_trntype: np.ndarray = _field("nu", fill=0)
-  actuator_dyntype: np.ndarray = _field("nu", fill=0)
-  actuator_gaintype: np.ndarray = _field("nu", fill=0)
-  actuator_biastype: np.ndarray = _field("nu", fill=0)
-  actuator_trnid: np.ndarray = _field("nu", 2, fill=-1)
-  actuator_actadr: np.ndarray = _field("nu", fill=-1)
-  actuator_actnum: np.ndarray = _field("nu", fill=0)
-  actuator_group: np.ndarray = _field("nu", fill=0)
+  # actuators: per actuator (nactuator), per scalar control (nu) or per force output (nout); an
+  # actuator's controls are ctrl[ctrladr : ctrladr + ctrlnum], its outputs (one, or three for an
+  # SO3 transmission) actuator_force[outadr : outadr + outnum], its states act[actadr : ...]
+  actuator_trntype: np.ndarray = _field("nactuator", fill=0)
+  actuator_dyntype: np.ndarray = _field("nactuator", fill=0)
+  actuator_gaintype: np.ndarray = _field("nactuator", fill=0)
+  actuator_biastype: np.ndarray = _field("nactuator", fill=0)
+  actuator_trnid: np.ndarray = _field("nactuator", 2, fill=-1)
+  actuator_ctrladr: np.ndarray = _field("nactuator", fill=0)
+  actuator_ctrlnum: np.ndarray = _field("nactuator", fill=1)
+  actuator_ctrlspec: np.ndarray = _field("nactuator", fill=0)  # mjtCtrlInput bits or mjtCtrlChart
+  actuator_outadr: np.ndarray = _field("nactuator", fill=0)
+  actuator_outnum: np.ndarray = _field("nactuator", fill=1)
+  actuator_actadr: np.ndarray = _field("nactuator", fill=-1)
+  actuator_actnum: np.ndarray = _field("nactuator", fill=0)
+  actuator_group: np.ndarray = _field("nactuator", fill=0)
+  actuator_forcelimited: np.ndarray = _field("nactuator", fill=0)
+  actuator_actlimited: np.ndarray = _field("nactuator", fill=0)
+  actuator_actearly: np.ndarray = _field("nactuator", fill=0)
+  actuator_dynprm: jax.Array = _field("nactuator", 10, fill=0.0)
+  actuator_gainprm: jax.Array = _field("nactuator", 10, fill=0.0)
+  actuator_biasprm: jax.Array = _field("nactuator", 10, fill=0.0)
+  actuator_forcerange: jax.Array = _field("nactuator", 2, fill=0.0)
+  actuator_actrange: jax.Array = _field("nactuator", 2, fill=0.0)
+  actuator_cranklength: jax.Array = _field("nactuator", fill=0.0)  # m
+  actuator_damping: jax.Array = _field("nactuator", fill=0.0)      # added to the target's damping
+  actuator_dampingpoly: jax.Array = _field("nactuator", 2, fill=0.0)
+  actuator_armature: jax.Array = _field("nactuator", fill=0.0)     # added to the target's armature
+  # static tables derived from the parameters at compile time (no mjModel counterpart): the
+  # offsets of the dcmotor and pid states within the actuator's act block, (slew, integral,
+  # temperature, bristle, current) or -1, and which setpoints wrap around a rotation (MuJoCo's
+  # wrapPeriod > 0): 0 no, 1 rotational site-refsite gear (period 2 pi |gear[3:]|), 2 ball joint
+  # (period 2 pi |gear[:3]|)
+  actuator_actslot: np.ndarray = _field("nactuator", 5, derived=True)
+  actuator_wrap: np.ndarray = _field("nactuator", derived=True)
   actuator_ctrllimited: np.ndarray = _field("nu", fill=0)
-  actuator_forcelimited: np.ndarray = _field("nu", fill=0)
-  actuator_actlimited: np.ndarray = _field("nu", fill=0)
-  actuator_actearly: np.ndarray = _field("nu", fill=0)
-  actuator_dynprm: jax.Array = _field("nu", 10, fill=0.0)
-  actuator_gainprm: jax.Array = _field("nu", 10, fill=0.0)
-  actuator_biasprm: jax.Array = _field("nu", 10, fill=0.0)
   actuator_ctrlrange: jax.Array = _field("nu", 2, fill=0.0)
-  actuator_forcerange: jax.Array = _field("nu", 2, fill=0.0)
-  actuator_actrange: jax.Array = _field("nu", 2, fill=0.0)
-  actuator_gear: jax.Array = _field("nu", 6, fill=0.0)
-  actuator_cranklength: jax.Array = _field("nu", fill=0.0)
-  actuator_acc0: jax.Array = _field("nu", fill=0.0)         # |qM^-1 moment| at qpos0
-  actuator_length0: jax.Array = _field("nu", fill=0.0)      # length at qpos0
-  actuator_lengthrange: jax.Array = _field("nu", 2, fill=0.0)
+  actuator_gear: jax.Array = _field("nout", 6, fill=0.0)
+  actuator_acc0: jax.Array = _field("nout", fill=0.0)         # |qM^-1 moment| at qpos0
+  actuator_length0: jax.Array = _field("nout", fill=0.0)      # length at qpos0
+  actuator_lengthrange: jax.Array = _field("nout", 2, fill=0.0)
 
   # equality constraints
   eq_type: np.ndarray = _field("neq", fill=0)
@@ -588,7 +621,7 @@ class Data:
 
   Shapes without a batch prefix; ``make_data(model, batch_shape)`` adds one. Matrices that MuJoCo
   stores flattened or sparse are dense here: ``xmat`` (nbody, 3, 3), ``qM`` (nv, nv),
-  ``actuator_moment`` (nu, nv), ``ten_J`` (ntendon, nv). The declarations are the field table
+  ``actuator_moment`` (nout, nv), ``ten_J`` (ntendon, nv). The declarations are the field table
   ``make_data`` reads: each field's size, trailing shape and reset value.
   """
 
@@ -598,6 +631,8 @@ class Data:
   qvel: jax.Array = _field("nv", fill=0.0)
   act: jax.Array = _field("na", fill=0.0)
   qacc_warmstart: jax.Array = _field("nv", fill=0.0)
+  plastic: jax.Array = _field("nplastic")             # spring references of plastic joints and
+                                                      # tendons; reset from qpos_spring, lengthspring
   # controls and applied forces
   ctrl: jax.Array = _field("nu", fill=0.0)
   qfrc_applied: jax.Array = _field("nv", fill=0.0)
@@ -638,10 +673,10 @@ class Data:
   wrap_obj: jax.Array = _field("nwrap", 2, fill=0)   # int: geom id, -1 site, -2 pulley
   wrap_xpos: jax.Array = _field("nwrap", 6, fill=0.0)    # path points, 2 per row
   # actuators
-  actuator_length: jax.Array = _field("nu", fill=0.0)
-  actuator_moment: jax.Array = _field("nu", "nv", fill=0.0)
-  actuator_velocity: jax.Array = _field("nu", fill=0.0)
-  actuator_force: jax.Array = _field("nu", fill=0.0)
+  actuator_length: jax.Array = _field("nout", fill=0.0)
+  actuator_moment: jax.Array = _field("nout", "nv", fill=0.0)
+  actuator_velocity: jax.Array = _field("nout", fill=0.0)
+  actuator_force: jax.Array = _field("nout", fill=0.0)
   # joint-space quantities
   qM: jax.Array = _field("nv", "nv", fill=0.0)        # joint-space inertia incl. armature
   qLD: jax.Array = _field("nv", "nv", fill=0.0)       # lower Cholesky factor of qM (not LDL')
@@ -664,6 +699,21 @@ def _size(model: Model, key: int | str) -> int:
   return key if isinstance(key, int) else int(getattr(model, key))
 
 
+def _plastic0(model: Model) -> np.ndarray:
+  """Initial plastic state (nplastic,), as mj_resetData: the plastic joints' qpos_spring entries
+  (1, or 4 for a ball) and the plastic tendons' tendon_lengthspring (lower, upper)."""
+  plastic = np.zeros(model.nplastic)
+  qpos_spring = np.asarray(model.qpos_spring)
+  for j in np.flatnonzero(model.jnt_plasticadr >= 0):
+    width = 4 if model.jnt_type[j] == JointType.BALL else 1
+    adr, qadr = model.jnt_plasticadr[j], model.jnt_qposadr[j]
+    plastic[adr:adr + width] = qpos_spring[qadr:qadr + width]
+  for t in np.flatnonzero(model.tendon_plasticadr >= 0):
+    adr = model.tendon_plasticadr[t]
+    plastic[adr:adr + 2] = np.asarray(model.tendon_lengthspring)[t]
+  return plastic
+
+
 def make_data(model: Model, batch_shape: tuple[int, ...] = (), key: int | str | None = None) -> Data:
   """Returns Data for ``model`` with qpos = qpos0 (or keyframe ``key``) and reset values elsewhere.
 
@@ -679,7 +729,8 @@ def make_data(model: Model, batch_shape: tuple[int, ...] = (), key: int | str | 
   mocap_bodies = np.flatnonzero(model.body_mocapid >= 0)
   mocap_bodies = mocap_bodies[np.argsort(model.body_mocapid[mocap_bodies])]
   values: dict[str, Any] = dict(qpos=model.qpos0, mocap_pos=np.asarray(model.body_pos)[mocap_bodies],
-                                mocap_quat=np.asarray(model.body_quat)[mocap_bodies])
+                                mocap_quat=np.asarray(model.body_quat)[mocap_bodies],
+                                plastic=_plastic0(model))
   if key is not None:
     k = model.name2id("key", key) if isinstance(key, str) else int(key)
     values.update(time=model.key_time[k], qpos=model.key_qpos[k], qvel=model.key_qvel[k],

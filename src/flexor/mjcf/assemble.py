@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import tree
-from flexor.types import _REQUIRED, JNT_NQ, JNT_NV, Model, Option, field_table
+from flexor.types import (_REQUIRED, JNT_NQ, JNT_NV, BiasType, DynType, GainType, JointType, Model,
+                          Option, SameFrame, TrnType, WrapType, field_table)
 
 _OPTION_DEFAULTS: dict[str, Any] = dict(
     timestep=0.002, gravity=(0.0, 0.0, -9.81), wind=(0.0, 0.0, 0.0), magnetic=(0.0, -0.5, 0.0),
@@ -76,6 +77,94 @@ def _count_adr(owner: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
   return num, first
 
 
+def _body_simple(parent: np.ndarray, rootid: np.ndarray, dofnum: np.ndarray,
+                 sameframe: np.ndarray, jnt_type: np.ndarray, jnt_bodyid: np.ndarray,
+                 jnt_pos: np.ndarray, jnt_axis: np.ndarray) -> np.ndarray:
+  """MuJoCo's body_simple: 1 for a body whose joint-space inertia block is diagonal (a leaf that
+  is a root or hangs from a fixed child of the world, inertial frame at the body frame, joints at
+  the origin with axis-aligned hinge/slide axes and at most one rotational joint, last), 2 if it
+  moves by slide joints only; 0 otherwise."""
+  nbody = len(parent)
+  simple = np.zeros(nbody, dtype=np.int32)
+  simple[0] = 1   # the world, which no child demotes
+  for i in range(1, nbody):
+    p = parent[i]
+    simple[i] = int(sameframe[i] == SameFrame.BODY
+                    and (rootid[i] == i or (parent[p] == 0 and dofnum[p] == 0)))
+    if p > 0:
+      simple[p] = 0
+    rotation = False
+    joints = np.flatnonzero(jnt_bodyid == i)
+    for j in joints:
+      aligned = np.count_nonzero(np.abs(jnt_axis[j]) > 1e-14) == 1
+      scalar = jnt_type[j] in (JointType.HINGE, JointType.SLIDE)
+      if rotation or np.any(np.abs(jnt_pos[j]) >= 1e-6) or (scalar and not aligned):
+        simple[i] = 0
+      rotation |= jnt_type[j] in (JointType.BALL, JointType.HINGE)
+    if simple[i] and dofnum[i]:
+      simple[i] = 2 if np.all(jnt_type[joints] == JointType.SLIDE) else 1
+  return simple
+
+
+def _armature_wrap_bodies(out: dict[str, Any]) -> np.ndarray:
+  """Bodies carrying a site or geom of the path of a tendon with armature (never simple)."""
+  bodies = []
+  for t in np.flatnonzero(np.asarray(out["tendon_armature"]) != 0):
+    for k in range(out["tendon_adr"][t], out["tendon_adr"][t] + out["tendon_num"][t]):
+      kind, obj = out["wrap_type"][k], out["wrap_objid"][k]
+      if kind == WrapType.SITE:
+        bodies.append(out["site_bodyid"][obj])
+      elif kind in (WrapType.SPHERE, WrapType.CYLINDER):
+        bodies.append(out["geom_bodyid"][obj])
+  return np.array(bodies, dtype=np.int32)
+
+
+def _actuator_tables(out: dict[str, Any], jnt_type: np.ndarray) -> dict[str, np.ndarray]:
+  """actuator_actslot and actuator_wrap (see Model) from the actuator parameters."""
+  n = len(out["actuator_trntype"])
+  dyn, gain, bias = (np.asarray(out[f"actuator_{k}prm"], dtype=np.float64).reshape(n, 10)
+                     for k in ("dyn", "gain", "bias"))
+  dyntype, gaintype = out["actuator_dyntype"], out["actuator_gaintype"]
+  slots = np.full((n, 5), -1, dtype=np.int32)
+  for i in range(n):
+    if dyntype[i] == DynType.DCMOTOR:
+      present = (dyn[i, 7] > 0, gain[i, 5] > 0, dyn[i, 2] > 0, dyn[i, 5] > 0, dyn[i, 0] > 0)
+    elif dyntype[i] == DynType.PID:
+      present = (dyn[i, 1] > 0, gain[i, 0] > 0, False, False, False)
+    else:
+      continue
+    slots[i] = np.where(present, np.cumsum(present) - 1, -1)
+  servo = ((gaintype == GainType.FIXED) & (out["actuator_biastype"] == BiasType.AFFINE)
+           & (gain[:, 0] == -bias[:, 1])
+           & np.isin(dyntype, (DynType.NONE, DynType.INTEGRATOR))) | (gaintype == GainType.PID)
+  trntype, trnid = out["actuator_trntype"], np.asarray(out["actuator_trnid"]).reshape(n, 2)
+  gear = np.asarray(out["actuator_gear"], dtype=np.float64)[out["actuator_outadr"]]
+  site_rot = (trntype == TrnType.SITE) & (trnid[:, 1] >= 0) & np.all(gear[:, :3] == 0, axis=1)
+  joint = np.isin(trntype, (TrnType.JOINT, TrnType.JOINTINPARENT))
+  target = np.where(joint, trnid[:, 0], 0)
+  ball = joint & (jnt_type[target] == JointType.BALL if len(jnt_type) else False)
+  wrap = np.where(servo & site_rot, 1, np.where(servo & ball, 2, 0)).astype(np.int32)
+  return dict(actuator_actslot=slots, actuator_wrap=wrap)
+
+
+def _plastic_tables(f: dict[str, Any], jnt_type: np.ndarray, ntendon: int) -> dict[str, Any]:
+  """Data.plastic addresses, as MuJoCo 4's compiler: joints, then tendons, with springyield > 0.
+
+  A hinge or slide takes 1 entry, a ball 4 (a quaternion), a tendon 2 (its spring dead band);
+  others get -1. MuJoCo rejects springyield on free joints.
+  """
+  jnt_yield = np.asarray(f.get("jnt_springyield", np.zeros(len(jnt_type))))
+  ten_yield = np.asarray(f.get("tendon_springyield", np.zeros(ntendon)))
+  if np.any((jnt_yield > 0) & (jnt_type == JointType.FREE)):
+    raise ValueError("assemble: springyield is not supported on free joints; set it to 0")
+  jnt_width = np.where(jnt_yield > 0, np.where(jnt_type == JointType.BALL, 4, 1), 0)
+  ten_width = np.where(ten_yield > 0, 2, 0)
+  width = np.concatenate([jnt_width, ten_width]).astype(np.int32)
+  adr = np.where(width > 0, np.cumsum(width) - width, -1).astype(np.int32)
+  return dict(jnt_plasticadr=adr[:len(jnt_type)], tendon_plasticadr=adr[len(jnt_type):],
+              nplastic=int(width.sum()))
+
+
 def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = None) -> Model:
   """Returns a Model from primary per-element arrays.
 
@@ -97,15 +186,20 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   nbody, njnt = len(parent), len(jnt_type)
   jnt_qposadr, jnt_dofadr, dof_bodyid, dof_jntid, dof_parentid = _dof_tree(parent, jnt_type, jnt_bodyid)
   act_num = np.asarray(f.get("actuator_actnum", ()), dtype=np.int32)
+  nactuator = len(f.get("actuator_trntype", ()))
   mocapid = np.asarray(f.get("body_mocapid", np.full(nbody, -1)))
   sizes = dict(
       nq=int(JNT_NQ[jnt_type].sum()), nv=int(JNT_NV[jnt_type].sum()),
-      nu=len(f.get("actuator_trntype", ())), na=int(act_num.sum()), nbody=nbody, njnt=njnt,
+      nu=int(np.sum(f.get("actuator_ctrlnum", np.ones(nactuator)))), nactuator=nactuator,
+      nout=int(np.sum(f.get("actuator_outnum", np.ones(nactuator)))), na=int(act_num.sum()),
+      nbody=nbody, njnt=njnt,
       ngeom=len(f["geom_type"]), nsite=len(f["site_bodyid"]),
       nmesh=len(f.get("mesh_vertadr", ())), nmeshvert=len(f.get("mesh_vert", ())),
       ntendon=len(f.get("tendon_num", ())), nwrap=len(f.get("wrap_type", ())),
       nmocap=int((mocapid >= 0).sum()), neq=len(f.get("eq_type", ())),
       nkey=len(f.get("key_time", ())))
+  plastic = _plastic_tables(f, jnt_type, sizes["ntendon"])
+  sizes["nplastic"] = plastic.pop("nplastic")
   nq, nv, nu, na, nmocap = (sizes[k] for k in ("nq", "nv", "nu", "na", "nmocap"))
 
   out: dict[str, Any] = dict(sizes)
@@ -152,9 +246,15 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       opt=option if option is not None else make_option(dtype),
   )
   for kind, count in (("body", nbody), ("jnt", njnt), ("geom", sizes["ngeom"]),
-                      ("site", sizes["nsite"]), ("actuator", nu), ("tendon", sizes["ntendon"]),
+                      ("site", sizes["nsite"]), ("actuator", nactuator), ("tendon", sizes["ntendon"]),
                       ("key", sizes["nkey"])):
     out[f"names_{kind}"] = tuple(f.get(f"names_{kind}", ("",) * count))
+  out.update(_actuator_tables(out, jnt_type))
+  out["body_simple"] = _body_simple(parent, rootid, body_dofnum, np.asarray(out["body_sameframe"]),
+                                    jnt_type, jnt_bodyid, np.asarray(out["jnt_pos"], np.float64),
+                                    np.asarray(out["jnt_axis"], np.float64))
+  out["body_simple"][_armature_wrap_bodies(out)] = 0
+  out.update(plastic)
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
 
   values: dict[str, Any] = {}

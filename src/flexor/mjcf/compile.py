@@ -1,9 +1,13 @@
 """The MJCF compiler: a checked element tree in, a :class:`flexor.types.Model` out.
 
 Order of work follows MuJoCo's reader and compiler: ``<compiler>``, ``<option>``, default
-classes, assets, the kinematic tree (``compile_body``), tendons, actuators and equality
-constraints (``compile_actuator``), keyframes; ``assemble`` then derives addresses, the dof tree
-and flexor's tree tables.
+classes, assets, the kinematic tree (``compile_body``), tendons (``compile_tendon``), actuators
+(``compile_actuator``), equality constraints (``compile_equality``), keyframes; ``assemble`` then
+derives addresses, the dof tree and flexor's tree tables.
+
+What MuJoCo's compiler computes by simulating the model at qpos0 (``mj_setConst``,
+springdamper, muscle length ranges) is left to ``flexor.setconst``; :func:`compile_model`
+returns what that pass needs besides the Model.
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from flexor.mjcf import compile_actuator, mesh
+from flexor.mjcf import mesh
 from flexor.mjcf.assemble import assemble, make_option
+from flexor.mjcf.compile_actuator import compile_actuators
 from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCompiler,
                                       check_moving_mass, check_unique_names)
-from flexor.mjcf.defaults import Attributes, Defaults, attributes
+from flexor.mjcf.compile_equality import compile_equality
+from flexor.mjcf.compile_tendon import compile_tendons
+from flexor.mjcf.defaults import ACTUATOR_TAGS, Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
-from flexor.mjcf.values import Reader
+from flexor.mjcf.values import Names, Reader
 from flexor.types import DisableBit, EnableBit, GeomType, JointType, Model
 
 _INTEGRATORS = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
@@ -27,6 +34,7 @@ _CONES = {"pyramidal": 0, "elliptic": 1}
 _JACOBIANS = {"dense": 0, "sparse": 1, "auto": 2}
 _SOLVERS = {"PGS": 0, "CG": 1, "Newton": 2}
 _ENABLE = {"disable": 0, "enable": 1}
+_LENGTHRANGE_MODES = {"none": 0, "muscle": 1, "muscleuser": 2, "all": 3}
 
 
 def _bare(source: Source, element) -> Reader:
@@ -96,6 +104,14 @@ def _option(source: Source, dtype: Any):
       if r.has(name):
         values[name] = r.int(name)
         r.positive(name, values[name])
+    groups = r.ints("actuatorgroupdisable")
+    if groups is not None:
+      for group in groups:
+        if not 0 <= group <= 30:
+          raise r.error(f"disabled actuator groups must be in 0..30, got {group}",
+                        "actuatorgroupdisable")
+      values["disableactuator"] = values.get("disableactuator", 0) | int(
+          sum(1 << int(g) for g in set(groups.tolist())))
     for flag in element.iter("flag"):
       disable, enable = values.get("disableflags", 0), values.get("enableflags", 0)
       fr = _bare(source, flag)
@@ -181,10 +197,12 @@ def _mesh_fields(infos: list[Any]) -> dict[str, np.ndarray]:
 
 
 def _discard_visual(tree: Tree, infos: list[Any]) -> list[Any]:
-  """``<compiler discardvisual>``: drops geoms that neither collide nor are collided with
-  (after they counted for inertia, as in MuJoCo) and the meshes no remaining geom uses."""
+  """``<compiler discardvisual>``: drops geoms that neither collide nor are collided with nor
+  use the ellipsoid fluid model (after they counted for inertia, as in MuJoCo) and the meshes
+  no remaining geom uses."""
   g = tree.geom
-  keep = [i for i in range(len(g["type"])) if g["contype"][i] or g["conaffinity"][i]]
+  keep = [i for i in range(len(g["type"]))
+          if g["contype"][i] or g["conaffinity"][i] or g["fluid"][i][0] > 0]
   for key in g:
     g[key] = [g[key][i] for i in keep]
   used = sorted({d for d, t in zip(g["dataid"], g["type"]) if t == GeomType.MESH})
@@ -247,17 +265,26 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int) -> dict
               names_key=tuple(names))
 
 
-def compile_model(source: Source, dtype: Any = None) -> Model:
-  """Compiles a parsed, schema-checked MJCF source into a Model.
+def _lengthrange_options(source: Source) -> dict[str, Any]:
+  """The ``<compiler><lengthrange>`` attributes given (mjLROpt names; ``flexor.setconst`` holds
+  MuJoCo's defaults for the others)."""
+  opt: dict[str, Any] = {}
+  for section in source.sections("compiler"):
+    for element in section.iter("lengthrange"):
+      r = _bare(source, element)
+      if r.has("mode"):
+        opt["mode"] = r.keyword("mode", _LENGTHRANGE_MODES, 1)
+      for name in ("useexisting", "uselimit"):
+        if r.has(name):
+          opt[name] = r.bool(name, False)
+      for name in ("accel", "maxforce", "timeconst", "timestep", "inttotal", "interval",
+                   "tolrange"):
+        if r.has(name):
+          opt[name] = r.float(name)
+  return opt
 
-  Args:
-    source: from :func:`flexor.mjcf.parse.load`.
-    dtype: float dtype of the traced fields.
-  Returns:
-    The Model, numbered as MuJoCo numbers it.
-  Raises:
-    MJCFError: a value, reference or file is invalid.
-  """
+
+def _compile(source: Source, dtype: Any) -> tuple[Model, dict[str, Any]]:
   compiler = _compiler(source)
   option = _option(source, dtype)
   defaults = Defaults(source)
@@ -270,8 +297,43 @@ def compile_model(source: Source, dtype: Any = None) -> Model:
     infos = _discard_visual(tree, infos)
   fields = builder.finish()
   fields.update(_mesh_fields(infos))
-  fields.update(compile_actuator.compile_rest(source, defaults, compiler, fields))
+  names = {kind: Names(source, label, fields[f"names_{kind}"])
+           for kind, label in (("body", "body"), ("jnt", "joint"), ("geom", "geom"),
+                               ("site", "site"))}
+  fields.update(compile_tendons(source, defaults, compiler, names, fields))
+  names["tendon"] = Names(source, "tendon", fields.get("names_tendon", ()))
+  fields.update(compile_actuators(source, defaults, compiler, names, fields))
+  fields.update(compile_equality(source, defaults, names, fields))
   check_moving_mass(source, tree)
-  nu = len(fields.get("actuator_trntype", ()))
+  nu = int(np.sum(fields.get("actuator_ctrlnum", 0)))
   fields.update(_keyframes(source, fields, nu, int(np.sum(fields.get("actuator_actnum", 0)))))
-  return assemble(fields, option, dtype)
+  pending = dict(springdamper=np.array(tree.springdamper, dtype=np.float64).reshape(-1, 2),
+                 lengthrange=_lengthrange_options(source),
+                 actuator_elements=[element for section in source.sections("actuator")
+                                    for element in section if element.tag in ACTUATOR_TAGS])
+  return assemble(fields, option, dtype), pending
+
+
+def compile_model(source: Source, dtype: Any = None) -> tuple[Model, dict[str, Any]]:
+  """Compiles a parsed, schema-checked MJCF source into a Model.
+
+  Fields MuJoCo's compiler computes by running the model (acc0, lengths at qpos0, dampratio,
+  springdamper, simulated lengthranges) are left for the compile-time constants pass,
+  ``flexor.setconst``, which ``flexor.io`` runs next; this returns what it needs beside the
+  Model:
+
+  * ``springdamper``: (njnt, 2) float, each joint's ``springdamper`` (timeconst, dampratio), zeros
+    where not given; joints with both positive get stiffness and damping from their inertia.
+  * ``lengthrange``: dict of the ``<compiler><lengthrange>`` options given (mjLROpt names; mode
+    0 none, 1 muscle, 2 muscleuser, 3 all).
+  * ``actuator_elements``: the actuators' elements, in actuator order, to locate errors.
+
+  Args:
+    source: from :func:`flexor.mjcf.parse.load`.
+    dtype: float dtype of the traced fields.
+  Returns:
+    (the Model, numbered as MuJoCo numbers it; the dict above).
+  Raises:
+    MJCFError: a value, reference or file is invalid.
+  """
+  return _compile(source, dtype)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import warnings
 from typing import Any
 
 import numpy as np
 from lxml import etree
 
 from flexor.mjcf import frames, inertia, mesh
+from flexor.mjcf.added_mass import FLUID_COEF, geom_fluid
 from flexor.mjcf.defaults import Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import LIMITED, Reader
@@ -36,6 +36,8 @@ _SOLREF = (0.02, 1.0)
 _SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
 _UNIT = np.array([1.0, 0.0, 0.0, 0.0])
 INERTIA_FROM_GEOM = {"false": 0, "true": 1, "auto": 2}
+_FLUID_SHAPES = {"none": 0, "ellipsoid": 1}
+
 
 
 @dataclasses.dataclass
@@ -66,6 +68,7 @@ class Tree:
   site: dict[str, list[Any]]
   qpos0: list[float]
   qpos_spring: list[float]
+  springdamper: list[np.ndarray] = dataclasses.field(default_factory=list)  # per joint
   nmocap: int = 0
 
 
@@ -73,10 +76,11 @@ def _new_tree() -> Tree:
   return Tree(body={k: [] for k in "parentid pos quat ipos iquat mass inertia gravcomp mocapid "
                     "name element".split()},
               jnt={k: [] for k in "type bodyid pos axis group limited actfrclimited actgravcomp "
-                   "solref solimp stiffness range actfrcrange margin frictionloss armature "
-                   "damping dofsolref dofsolimp name element".split()},
+                   "solref solimp stiffness stiffnesspoly springyield range actfrcrange margin "
+                   "frictionloss armature damping dampingpoly dofsolref dofsolimp name "
+                   "element".split()},
               geom={k: [] for k in "type contype conaffinity condim bodyid dataid group priority "
-                    "solmix solref solimp size rbound pos quat friction margin gap name "
+                    "solmix solref solimp size rbound pos quat friction margin gap fluid name "
                     "element mass inertia".split()},
               site={k: [] for k in "bodyid pos quat size type name element".split()},
               qpos0=[], qpos_spring=[])
@@ -204,6 +208,16 @@ class TreeCompiler:
 
   def _body_contents(self, bodyid: int, items) -> None:
     """Joints, geoms, sites and inertia of body ``bodyid``, then its child bodies in order."""
+    joints = [e for e, _ in items if e.tag in ("joint", "freejoint")]
+    free = [e for e in joints if e.tag == "freejoint"
+            or self.reader(e, "joint").keyword("type", _JOINT_TYPES, JointType.HINGE)
+            == JointType.FREE]
+    if free and len(joints) > 1:
+      raise self.source.error(free[0], "a free joint must be the only joint of its body")
+    if free and self.tree.body["parentid"][bodyid] != 0:
+      raise self.source.error(free[0], "a free joint can only be used in a body that is a child "
+                              "of the world body (<worldbody>); use a ball joint and slide "
+                              "joints below another body")
     for element, frame in items:
       if element.tag in ("joint", "freejoint"):
         self._joint(bodyid, element, frame)
@@ -265,7 +279,8 @@ class TreeCompiler:
     angular = jtype in (JointType.HINGE, JointType.BALL) and self.compiler.degrees
     scale = scale_range = math.pi / 180.0 if angular else 1.0
     jrange = r.floats("range", 2, (0.0, 0.0))
-    limited = self._limited(r, "limited", "range", jrange)
+    # MuJoCo ignores limits of free joints
+    limited = jtype != JointType.FREE and self._limited(r, "limited", "range", jrange)
     if not limited:
       # MuJoCo converts a range to radians only where it is used as a limit
       scale_range = 1.0
@@ -275,11 +290,24 @@ class TreeCompiler:
       raise r.error("range[0] must be smaller than range[1]", "range")
     frcrange = r.floats("actuatorfrcrange", 2, (0.0, 0.0))
     frclimited = self._limited(r, "actuatorfrclimited", "actuatorfrcrange", frcrange)
-    if r.has("springdamper") and np.all(r.floats("springdamper", 2) > 0):
-      # MuJoCo derives stiffness and damping from the joint inertia at qpos0 (mj_setConst)
-      message = r.error("springdamper is not supported by flexor yet: the joint keeps its "
-                        "stiffness and damping attributes", "springdamper")
-      warnings.warn(str(message), stacklevel=2)
+    if jtype in (JointType.FREE, JointType.BALL):
+      frclimited = False   # MuJoCo ignores actuator force limits of free and ball joints
+    if frclimited and frcrange[0] >= frcrange[1]:
+      raise r.error("actuatorfrcrange[0] must be smaller than actuatorfrcrange[1]",
+                    "actuatorfrcrange")
+    springdamper = np.zeros(2) if free else r.floats("springdamper", 2, (0.0, 0.0))
+    if np.any(springdamper != 0) and not np.all(springdamper > 0):
+      # MuJoCo then sets stiffness and damping from the joint inertia at qpos0 (flexor.setconst)
+      raise r.error("springdamper (timeconst, dampratio) must both be positive when given",
+                    "springdamper")
+    springyield = 0.0 if free else r.float("springyield", 0.0)
+    if springyield < 0:
+      raise r.error(f"springyield cannot be negative, got {springyield:g}", "springyield")
+    if springyield > 0 and jtype == JointType.FREE:
+      raise r.error("springyield cannot be used on a free joint", "springyield")
+    stiffness = (np.zeros(3) if free
+                 else r.floats("stiffness", 3, (0.0, 0.0, 0.0), at_most=True))
+    damping = np.zeros(3) if free else r.floats("damping", 3, (0.0, 0.0, 0.0), at_most=True)
     ref = (r.float("ref", 0.0) if not free else 0.0) * scale
     springref = (r.float("springref", 0.0) if not free else 0.0) * scale
     values = dict(
@@ -288,14 +316,16 @@ class TreeCompiler:
         actgravcomp=int(r.bool("actuatorgravcomp", False)) if not free else 0,
         solref=r.floats("solreflimit", 2, _SOLREF, at_most=True),
         solimp=r.floats("solimplimit", 5, _SOLIMP, at_most=True),
-        stiffness=r.float("stiffness", 0.0), range=jrange * scale_range, actfrcrange=frcrange,
+        stiffness=stiffness[0], stiffnesspoly=stiffness[1:], range=jrange * scale_range,
+        springyield=springyield * (math.pi / 180.0 if angular else 1.0), actfrcrange=frcrange,
         margin=r.float("margin", 0.0), frictionloss=r.float("frictionloss", 0.0),
-        armature=r.float("armature", 0.0), damping=r.float("damping", 0.0),
+        armature=r.float("armature", 0.0), damping=damping[0], dampingpoly=damping[1:],
         dofsolref=r.floats("solreffriction", 2, _SOLREF, at_most=True),
         dofsolimp=r.floats("solimpfriction", 5, _SOLIMP, at_most=True),
         name=element.get("name", ""), element=element)
     for key, value in values.items():
       j[key].append(value)
+    t.springdamper.append(springdamper)
     if jtype == JointType.FREE:
       pose = list(t.body["pos"][bodyid]) + list(t.body["quat"][bodyid])
       t.qpos0 += pose
@@ -376,8 +406,10 @@ class TreeCompiler:
         solimp=r.floats("solimp", 5, _SOLIMP, at_most=True), size=np.asarray(size),
         rbound=rbound, pos=np.asarray(pos), quat=np.asarray(quat),
         friction=r.floats("friction", 3, (1.0, 0.005, 0.0001), at_most=True),
-        margin=r.float("margin", 0.0), gap=r.float("gap", 0.0), name=element.get("name", ""),
-        element=element, mass=gmass, inertia=ginertia)
+        margin=r.float("margin", 0.0), gap=r.float("gap", 0.0),
+        fluid=geom_fluid(gtype, size, r.keyword("fluidshape", _FLUID_SHAPES, 0),
+                         r.floats("fluidcoef", 5, FLUID_COEF, at_most=True)),
+        name=element.get("name", ""), element=element, mass=gmass, inertia=ginertia)
     for key, value in values.items():
       g[key].append(value)
 
@@ -504,11 +536,14 @@ class TreeCompiler:
         jnt_actfrclimited=arr(j["actfrclimited"], (), np.int32),
         jnt_actgravcomp=arr(j["actgravcomp"], (), np.int32), jnt_solref=arr(j["solref"], (2,)),
         jnt_solimp=arr(j["solimp"], (5,)), jnt_stiffness=arr(j["stiffness"], ()),
+        jnt_stiffnesspoly=arr(j["stiffnesspoly"], (2,)),
+        jnt_springyield=arr(j["springyield"], ()),
         jnt_range=arr(j["range"], (2,)), jnt_actfrcrange=arr(j["actfrcrange"], (2,)),
         jnt_margin=arr(j["margin"], ()),
         dof_solref=per_dof(j["dofsolref"], (2,)), dof_solimp=per_dof(j["dofsolimp"], (5,)),
         dof_frictionloss=per_dof(j["frictionloss"], ()),
         dof_armature=per_dof(j["armature"], ()), dof_damping=per_dof(j["damping"], ()),
+        dof_dampingpoly=per_dof(j["dampingpoly"], (2,)),
         geom_type=arr(g["type"], (), np.int32), geom_contype=arr(g["contype"], (), np.int32),
         geom_conaffinity=arr(g["conaffinity"], (), np.int32),
         geom_condim=arr(g["condim"], (), np.int32), geom_bodyid=arr(g["bodyid"], (), np.int32),
@@ -519,6 +554,7 @@ class TreeCompiler:
         geom_pos=arr(g["pos"], (3,)), geom_quat=arr(g["quat"], (4,)),
         geom_friction=arr(g["friction"], (3,)), geom_margin=arr(g["margin"], ()),
         geom_gap=arr(g["gap"], ()), geom_sameframe=arr(geom_sameframe, (), np.int32),
+        geom_fluid=arr(g["fluid"], (12,)),
         site_bodyid=arr(s["bodyid"], (), np.int32), site_pos=arr(s["pos"], (3,)),
         site_quat=arr(s["quat"], (4,)), site_size=arr(s["size"], (3,)),
         site_sameframe=arr(site_sameframe, (), np.int32),
@@ -553,3 +589,19 @@ def check_moving_mass(source: Source, tree: Tree) -> None:
     if subtree[i] < 1e-15:
       raise source.error(b["element"][i], "mass and inertia of moving bodies must be larger than "
                          "1e-15 (give the body a geom with volume or an <inertial>)")
+
+
+def world_poses(fields: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """Body world positions and orientations at qpos0, where every joint displacement is zero
+  (MuJoCo's joint transforms use qpos - qpos0), from the compiled body_pos and body_quat."""
+  xpos, xquat = [], []
+  for b, parent in enumerate(fields["body_parentid"]):
+    if b == 0:
+      xpos.append(np.zeros(3))
+      xquat.append(np.array([1.0, 0, 0, 0]))
+      continue
+    p, q = frames.frame_accum(xpos[parent], xquat[parent], fields["body_pos"][b],
+                              fields["body_quat"][b])
+    xpos.append(np.asarray(p))
+    xquat.append(np.asarray(q))
+  return xpos, xquat

@@ -36,7 +36,7 @@ def from_mujoco(m: Any, dtype: Any = None) -> Model:
                     ("actuator", mujoco.mjtObj.mjOBJ_ACTUATOR),
                     ("tendon", mujoco.mjtObj.mjOBJ_TENDON), ("key", mujoco.mjtObj.mjOBJ_KEY)):
     count = {"body": m.nbody, "jnt": m.njnt, "geom": m.ngeom, "site": m.nsite,
-             "actuator": m.nu, "tendon": m.ntendon, "key": m.nkey}[kind]
+             "actuator": m.nactuator, "tendon": m.ntendon, "key": m.nkey}[kind]
     fields[f"names_{kind}"] = tuple(mujoco.mj_id2name(m, obj, i) or "" for i in range(count))
   o = m.opt
   option = make_option(

@@ -31,6 +31,8 @@ class Source:
     root_dir: if set, no file outside this folder may be read.
     assets: in-memory files by relative path (``load_mjcf_string``); checked before the disk.
     origins: the file each included subtree came from, keyed by the subtree's top elements.
+    included_from: where each included subtree was included, keyed like ``origins``: (file,
+      line of the ``<include>``, the element that held the ``<include>``).
   """
 
   root: etree._Element
@@ -39,6 +41,7 @@ class Source:
   root_dir: str | None
   assets: dict[str, bytes]
   origins: dict[etree._Element, str] = dataclasses.field(default_factory=dict)
+  included_from: dict[etree._Element, tuple] = dataclasses.field(default_factory=dict)
 
   def sections(self, tag: str) -> list[etree._Element]:
     """The top-level sections called ``tag`` (``<asset>``, ``<actuator>``, ...), in order."""
@@ -53,13 +56,25 @@ class Source:
       node = node.getparent()
     return self.file
 
+  def include_chain(self, element: etree._Element) -> tuple[tuple[str | None, int], ...]:
+    """The ``<include>`` elements that brought ``element`` in, innermost first, as (file, line);
+    empty for an element of the main file."""
+    node = element
+    while node is not None:
+      if node in self.included_from:
+        file, line, holder = self.included_from[node]
+        return ((file, line),) + self.include_chain(holder)
+      node = node.getparent()
+    return ()
+
   def error(self, element: etree._Element | None, message: str,
             attribute: str | None = None) -> MJCFError:
     """An MJCFError located at ``element`` (and ``attribute``)."""
     if element is None:
       return MJCFError(message, file=self.file, attribute=attribute)
     return MJCFError(message, file=self.file_of(element), line=element.sourceline,
-                     element=element.tag, attribute=attribute)
+                     element=element.tag, attribute=attribute,
+                     included_from=self.include_chain(element))
 
   def read_file(self, name: str, element: etree._Element, attribute: str,
                 folder: str | None = None) -> tuple[bytes, str]:
@@ -128,11 +143,14 @@ def _expand_includes(source: Source, element: etree._Element, stack: tuple[str, 
     source.origins[sub] = path
     _expand_includes(source, sub, stack + (path,))
     parent = child.getparent()
+    site = (source.file_of(child), child.sourceline, parent)
+    source.included_from[sub] = site
     index = parent.index(child)
     parent.remove(child)
     for offset, grandchild in enumerate(c for c in list(sub) if isinstance(c.tag, str)):
       parent.insert(index + offset, grandchild)
       source.origins.setdefault(grandchild, path)
+      source.included_from.setdefault(grandchild, site)
 
 
 def _check(source: Source, element: etree._Element, rule: schema.Element) -> None:

@@ -116,3 +116,66 @@ class Reader:
     if value < 0 or (strict and value == 0):
       raise self.error(f"must be {'positive' if strict else 'non-negative'}, got {value:g}", name)
     return value
+
+
+class Names:
+  """Name -> id of one element kind, for resolving references (MJCFError if dangling)."""
+
+  def __init__(self, source: Source, kind: str, names):
+    self.source, self.kind = source, kind
+    self.ids: dict[str, int] = {}
+    for i, name in enumerate(names):
+      if name:
+        self.ids.setdefault(name, i)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self.ids
+
+  def __call__(self, r: Reader, attr: str, what: str | None = None) -> int:
+    """The id named by attribute ``attr`` of ``r``'s element."""
+    name = r.text(attr)
+    if name not in self.ids:
+      known = ", ".join(sorted(self.ids)[:12]) or "none"
+      raise r.error(f"unknown {what or self.kind} {name!r} (known: {known})", attr)
+    return self.ids[name]
+
+
+def resolve_limited(r: Reader, autolimits: bool, flag: str, value: int, rng, range_attr: str,
+                    what: str) -> bool:
+  """MuJoCo's limited rule (checklimited + islimited).
+
+  ``value`` is the keyword read for ``flag`` (0 false, 1 true, 2 auto). "auto" means limited iff
+  ``rng[0] < rng[1]``; under ``<compiler autolimits="false">`` a nonzero range with "auto" is an
+  error, as in MuJoCo.
+  """
+  if value != 2:
+    return bool(value)
+  if not autolimits and (rng[0] != 0 or rng[1] != 0):
+    raise r.error(f"{what} has '{range_attr}' but not '{flag}'; set <compiler "
+                  f"autolimits=\"true\">, give '{flag}' explicitly or remove '{range_attr}'",
+                  range_attr)
+  return bool(rng[0] < rng[1])
+
+
+def nuser(source: Source, kind: str) -> int:
+  """``<size nuser_{kind}>``: the number of user values per element, -1 meaning "as many as the
+  longest ``user`` attribute" (MuJoCo's default)."""
+  n = -1
+  for size in source.sections("size"):
+    r = Reader(source, Attributes(size, ()))
+    value = r.int(f"nuser_{kind}")
+    if value is not None:
+      if value < -1:
+        raise r.error(f"must be >= -1, got {value}", f"nuser_{kind}")
+      n = value
+  return n
+
+
+def check_user(r: Reader, n: int, kind: str) -> None:
+  """MuJoCo's check that an element's ``user`` values fit ``<size nuser_{kind}>``."""
+  if n < 0 or not r.has("user"):
+    return
+  count = len(r.text("user").split())
+  if count > n:
+    raise r.error(f"{count} user values, more than <size nuser_{kind}=\"{n}\">; shorten 'user' "
+                  f"or raise nuser_{kind}", "user")

@@ -1,0 +1,549 @@
+"""Tendons: ``tendon`` computes lengths, Jacobians and path points (mj_tendon), and
+``tendon_velocity`` their rates.
+
+A fixed tendon is a linear combination of hinge and slide coordinates: its length is
+``sum coef * qpos[jnt_qposadr]`` and its Jacobian row holds ``coef`` at each joint's dof.
+
+A spatial tendon is a path of sites, optionally interrupted by pulleys and wrapping geoms. It is
+cut, on the host, into *spans*: a straight site-site segment, or site-geom-site where the tendon
+may wrap around a sphere or a cylinder (``mju_wrap``). A pulley divides the length and Jacobian
+of every span after it by its divisor. A wrapping span contributes either the straight distance,
+or ``|x0 - t0| + arc + |t1 - x1|`` through the two tangent points t0, t1 on the geom; its
+Jacobian is, as in MuJoCo, the sum over the straight pieces between points on different bodies
+of the unit direction times the difference of the two endpoints' point Jacobians, the tangent
+points moving with the geom's body (the arc between them is rigid with the geom).
+
+Everything traced is one vectorised pass: all sites of all spans are gathered at once, the
+wrapping of all spans around spheres and cylinders is computed at once (static per-element type
+masks) with ``jnp.where`` between the wrap and no-wrap results, and spans and fixed-tendon joints
+are summed into their tendons with static segment sums.
+
+Path points (``ten_wrapadr``, ``ten_wrapnum``, ``wrap_obj``, ``wrap_xpos``) follow MuJoCo's layout:
+for each tendon, in path order, a pulley adds a point (obj -2, at the origin), a span adds its
+first site (obj -1) and, if it wraps, the two tangent points (obj = geom id), and the last site
+before a pulley or the end of the path is added too. How many points a wrapping span adds is state
+dependent, so every candidate point has a static slot in emission order and a traced "present"
+flag; a cumulative sum gives the addresses and a scatter writes the (2 nwrap) point rows. Rows past
+the last point are zero; MuJoCo leaves there what an earlier call wrote (zero in a fresh mjData).
+
+Wrapping follows MuJoCo 4.0.0, measured black-box where it departs from the C source of 3.x:
+
+* the wrap arc length is ``r atan2(|cross|, dot)`` (not ``acos``);
+* with a sidesite outside the geom, the tendon wraps when the straight segment meets the circle,
+  or when the sidesite lies behind the geom (in the cone spanned by -x0 and -x1 in the wrap plane);
+  behind, it wraps on the sidesite's side of the segment (the sign of ``cross(x1 - x0, side)``),
+  otherwise it picks the tangent points of the smaller chord, as without a sidesite, and the
+  shorter arc between them;
+* with the sidesite inside the geom (``wrap_inside``), Newton's method runs on phi = asin(z) from
+  phi = pi/2.
+
+Gradients: both branches of every traced choice are finite; the Newton solve of ``wrap_inside`` is
+differentiated implicitly (one Newton correction at the converged point), not through its
+iterations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor import kinematics, math
+from flexor.types import Data, Model, WrapType
+
+_MINVAL = math.MINVAL
+_INSIDE_MAXITER = 20   # wrap_inside: Newton iterations
+_INSIDE_TOL = 1e-6     # wrap_inside: tolerance on the angle equation
+_NO_POINT = -1         # point_cond of points that are always present
+
+# point sources: rows of concat([x0, t0, t1, x1] over spans, [origin]) (see _Path)
+_X0, _T0, _T1, _X1 = range(4)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Path:
+  """Static (host) description of every tendon's path, built by ``_path`` from the Model.
+
+  Fixed-tendon joints (one row per joint element): ``jnt_wrap`` (wrap index, whose wrap_prm is
+  the coefficient), ``jnt_ten``, ``jnt_qposadr``, ``jnt_dofadr``.
+
+  Spans (one row per site-site or site-geom-site piece of a spatial tendon): ``span_ten``,
+  ``span_site0``, ``span_site1``, ``span_geom`` (geom id or -1), ``span_wrap`` (wrap index of
+  the geom, whose wrap_prm is the sidesite id, or -1), ``span_pulley`` (wrap index of the last
+  pulley before the span, whose wrap_prm is the divisor, or -1).
+
+  Jacobian segments (straight pieces between points on different bodies): ``seg_span``,
+  ``seg_wrapped`` (the piece exists when the span wraps, else when it does not), ``seg_src``
+  (2 point sources, as below), ``seg_body`` (2 body ids).
+
+  Path points in MuJoCo's emission order: ``point_ten``, ``point_src`` (row of
+  concat([x0, t0, t1, x1]) over spans, or 4 nspan for the origin of a pulley), ``point_obj``
+  (wrap_obj value), ``point_cond`` (span whose wrapping makes the point present, or -1: always).
+  """
+
+  jnt_wrap: np.ndarray
+  jnt_ten: np.ndarray
+  jnt_qposadr: np.ndarray
+  jnt_dofadr: np.ndarray
+  span_ten: np.ndarray
+  span_site0: np.ndarray
+  span_site1: np.ndarray
+  span_geom: np.ndarray
+  span_wrap: np.ndarray
+  span_pulley: np.ndarray
+  seg_span: np.ndarray
+  seg_wrapped: np.ndarray
+  seg_src: np.ndarray
+  seg_body: np.ndarray
+  point_ten: np.ndarray
+  point_src: np.ndarray
+  point_obj: np.ndarray
+  point_cond: np.ndarray
+
+
+def _path(m: Model) -> _Path:
+  """Walks every tendon's path as mj_tendon does and records its static structure."""
+  jnt, span, point = [], [], []
+  for t in range(m.ntendon):
+    adr, num = int(m.tendon_adr[t]), int(m.tendon_num[t])
+    types, ids = m.wrap_type[adr:adr + num], m.wrap_objid[adr:adr + num]
+    if types[0] == WrapType.JOINT:
+      for j in range(num):
+        k = int(ids[j])
+        jnt.append((adr + j, t, m.jnt_qposadr[k], m.jnt_dofadr[k]))
+      continue
+    pulley, j = -1, 0
+    while j < num - 1:
+      if types[j] == WrapType.PULLEY or types[j + 1] == WrapType.PULLEY:
+        if types[j] == WrapType.PULLEY:
+          pulley = adr + j
+          point.append((t, -1, -2, _NO_POINT))   # the origin
+        j += 1
+        continue
+      k = len(span)
+      geom = types[j + 1] in (WrapType.SPHERE, WrapType.CYLINDER)
+      last = j + 2 if geom else j + 1
+      span.append((t, ids[j], ids[last], ids[j + 1] if geom else -1, adr + j + 1 if geom else -1,
+                   pulley))
+      point.append((t, 4 * k + _X0, -1, _NO_POINT))
+      if geom:
+        point.append((t, 4 * k + _T0, ids[j + 1], k))
+        point.append((t, 4 * k + _T1, ids[j + 1], k))
+      j = last
+      if j == num - 1 or types[j + 1] == WrapType.PULLEY:
+        point.append((t, 4 * k + _X1, -1, _NO_POINT))
+
+  def columns(rows, n):
+    return [np.array(c, dtype=np.int32) for c in zip(*rows)] if rows else [
+        np.zeros(0, dtype=np.int32)] * n
+
+  jnt_wrap, jnt_ten, jnt_qposadr, jnt_dofadr = columns(jnt, 4)
+  span_ten, span_site0, span_site1, span_geom, span_wrap, span_pulley = columns(span, 6)
+  point_ten, point_src, point_obj, point_cond = columns(point, 4)
+  nspan = len(span)
+  point_src = np.where(point_src < 0, 4 * nspan, point_src).astype(np.int32)
+
+  # Straight pieces that move the tendon: between points on different bodies (mj_tendon skips
+  # the others); the piece between the two tangent points lies on the geom's body.
+  seg = []
+  for k, (_, s0, s1, g, _, _) in enumerate(span):
+    b0, b1 = m.site_bodyid[s0], m.site_bodyid[s1]
+    if b0 != b1:
+      seg.append((k, 0, 4 * k + _X0, 4 * k + _X1, b0, b1))
+    if g >= 0:
+      bg = m.geom_bodyid[g]
+      if b0 != bg:
+        seg.append((k, 1, 4 * k + _X0, 4 * k + _T0, b0, bg))
+      if bg != b1:
+        seg.append((k, 1, 4 * k + _T1, 4 * k + _X1, bg, b1))
+  seg_span, seg_wrapped, src0, src1, body0, body1 = columns(seg, 6)
+  return _Path(jnt_wrap=jnt_wrap, jnt_ten=jnt_ten, jnt_qposadr=jnt_qposadr,
+               jnt_dofadr=jnt_dofadr, span_ten=span_ten, span_site0=span_site0,
+               span_site1=span_site1, span_geom=span_geom, span_wrap=span_wrap,
+               span_pulley=span_pulley, seg_span=seg_span, seg_wrapped=seg_wrapped.astype(bool),
+               seg_src=np.stack([src0, src1], axis=-1), seg_body=np.stack([body0, body1], axis=-1),
+               point_ten=point_ten, point_src=point_src, point_obj=point_obj,
+               point_cond=point_cond)
+
+
+# ------------------------------------------------------------------------------------------------
+# small guarded helpers
+
+
+def _unit(x: jax.Array) -> jax.Array:
+  """x / |x| along the last axis; (1, 0, ...) where |x| < mjMINVAL (mju_normalize[3])."""
+  n = math.safe_norm(x, keepdims=True)
+  small = n < _MINVAL
+  first = jnp.zeros_like(x).at[..., 0].set(1.0)
+  return jnp.where(small, first, x * (1.0 / jnp.where(small, 1.0, n)))
+
+
+def _safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
+  """a / b, and a where b == 0 (both finite, for branches jnp.where discards)."""
+  return a / jnp.where(b == 0, 1.0, b)
+
+
+def _cross2(u: jax.Array, v: jax.Array) -> jax.Array:
+  """z-component of the cross product of 2D vectors (..., 2)."""
+  return u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]
+
+
+def _dot(u: jax.Array, v: jax.Array) -> jax.Array:
+  return jnp.sum(u * v, axis=-1)
+
+
+# ------------------------------------------------------------------------------------------------
+# 2D wrapping (engine_util_misc.c)
+
+
+def _is_intersect(p1: jax.Array, p2: jax.Array, p3: jax.Array, p4: jax.Array) -> jax.Array:
+  """Whether 2D segments p1-p2 and p3-p4 (..., 2) intersect (is_intersect); (...,) bool."""
+  det = (p4[..., 1] - p3[..., 1]) * (p2[..., 0] - p1[..., 0]) - (
+      p4[..., 0] - p3[..., 0]) * (p2[..., 1] - p1[..., 1])
+  ok = jnp.abs(det) >= _MINVAL
+  det = jnp.where(ok, det, 1.0)
+  a = ((p4[..., 0] - p3[..., 0]) * (p1[..., 1] - p3[..., 1])
+       - (p4[..., 1] - p3[..., 1]) * (p1[..., 0] - p3[..., 0])) / det
+  b = ((p2[..., 0] - p1[..., 0]) * (p1[..., 1] - p3[..., 1])
+       - (p2[..., 1] - p1[..., 1]) * (p1[..., 0] - p3[..., 0])) / det
+  return ok & (a >= 0) & (a <= 1) & (b >= 0) & (b <= 1)
+
+
+def _circle_angle(p0: jax.Array, p1: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Angle in [0, pi] between 2D points (..., 2) and the sign term of length_circle."""
+  cross = p0[..., 1] * p1[..., 0] - p0[..., 0] * p1[..., 1]
+  y, x = jnp.abs(cross), _dot(p0, p1)
+  origin = (y == 0) & (x == 0)   # atan2 has no gradient there
+  return jnp.arctan2(jnp.where(origin, 0.0, y), jnp.where(origin, 1.0, x)), cross
+
+
+def _length_circle(p0: jax.Array, p1: jax.Array, ind: jax.Array, radius: jax.Array) -> jax.Array:
+  """Arc length from p0 to p1 (..., 2) on a circle, clockwise for ind 0 (length_circle)."""
+  angle, cross = _circle_angle(p0, p1)
+  flip = ((cross > 0) & ind) | ((cross < 0) & ~ind)
+  return radius * jnp.where(flip, 2 * jnp.pi - angle, angle)
+
+
+def _behind(side: jax.Array, end0: jax.Array, end1: jax.Array) -> jax.Array:
+  """Whether the 2D side point lies in the closed cone spanned by -end0 and -end1, i.e. behind
+  the circle as seen from the segment end0-end1 (MuJoCo 4.0's sidesite test, measured)."""
+  ce = _cross2(end0, end1)
+  cone = (_cross2(-end0, side) * ce >= 0) & (_cross2(side, -end1) * ce >= 0)
+  return jnp.where(ce == 0, _dot(end0, end1) < 0, cone)
+
+
+def _wrap_circle(end0: jax.Array, end1: jax.Array, side: jax.Array, has_side: jax.Array,
+                 radius: jax.Array):
+  """Shortest (or sidesite-directed) wrap of a 2D segment around a circle (wrap_circle).
+
+  Args:
+    end0, end1: (n, 2) endpoints in the wrap plane.
+    side: (n, 2) sidesite direction scaled to the radius (ignored where not has_side).
+    has_side: (n,) bool.
+    radius: (n,).
+  Returns:
+    length (n,) of the arc, tangent points (n, 2) twice, wrapped (n,) bool (MuJoCo's length >= 0).
+  """
+  sqrad = radius * radius
+  sqlen0, sqlen1 = _dot(end0, end0), _dot(end1, end1)
+  dif = end1 - end0
+  dd = _dot(dif, dif)
+  ok = (sqlen0 >= sqrad) & (sqlen1 >= sqrad) & (radius >= _MINVAL) & (dd >= _MINVAL)
+
+  # nearest point of the segment to the centre: does the segment cross the circle?
+  a = jnp.clip(-_safe_div(_dot(dif, end0), dd), 0.0, 1.0)
+  tmp = a[:, None] * dif + end0
+  crosses = ~(_dot(tmp, tmp) > sqrad)
+  behind = has_side & _behind(side, end0, end1)
+  ok = ok & (crosses | behind)
+
+  # the two candidate pairs of tangent points, stacked on a leading axis of 2 (sgn = +1, -1)
+  sgn_r = jnp.array([[1.0], [-1.0]], dtype=end0.dtype) * radius[None]
+  e0x, e0y, e1x, e1y = (x[None] for x in (end0[:, 0], end0[:, 1], end1[:, 0], end1[:, 1]))
+  sqrt0, sqrt1 = math.safe_sqrt(sqlen0 - sqrad)[None], math.safe_sqrt(sqlen1 - sqrad)[None]
+  sq, l0, l1 = sqrad[None], sqlen0[None], sqlen1[None]
+  s0 = jnp.stack([_safe_div(e0x * sq + sgn_r * e0y * sqrt0, l0),
+                  _safe_div(e0y * sq - sgn_r * e0x * sqrt0, l0)], -1)   # (2, n, 2)
+  s1 = jnp.stack([_safe_div(e1x * sq - sgn_r * e1y * sqrt1, l1),
+                  _safe_div(e1y * sq + sgn_r * e1x * sqrt1, l1)], -1)
+  isect = _is_intersect(end0[None], s0, end1[None], s1)      # (2, n)
+  good = jnp.where(isect, -10000.0, -_dot(s0 - s1, s0 - s1))
+
+  # behind: wrap on the sidesite's side of the segment; else the smaller chord (ties: second)
+  turn = jnp.where(behind, _cross2(dif, side), 0.0)
+  first = jnp.where(turn != 0, turn > 0, good[0] > good[1])
+  p0 = jnp.where(first[:, None], s0[0], s0[1])
+  p1 = jnp.where(first[:, None], s1[0], s1[1])
+  ok = ok & ~jnp.where(first, isect[0], isect[1])
+  # with a sidesite not behind the geom, MuJoCo 4.0 takes the shorter arc between the tangent
+  # points (measured; it differs from the chosen solution's arc only when a site lies on the
+  # circle)
+  short = radius * _circle_angle(p0, p1)[0]
+  length = jnp.where(has_side & ~behind, short, _length_circle(p0, p1, ~first, radius))
+  return length, p0, p1, ok
+
+
+def _inside_angle(A: jax.Array, B: jax.Array, G: jax.Array, phi: jax.Array) -> jax.Array:
+  """f(phi) = asin(A sin phi) + asin(B sin phi) - 2 phi + G, whose root wrap_inside seeks."""
+  z = jnp.sin(phi)
+  return jnp.arcsin(A * z) + jnp.arcsin(B * z) - 2 * phi + G
+
+
+def _inside_slope(A: jax.Array, B: jax.Array, phi: jax.Array) -> jax.Array:
+  """df/dphi of ``_inside_angle``, with MuJoCo's floor on the square roots."""
+  z = jnp.sin(phi)
+  return jnp.cos(phi) * (A / jnp.maximum(_MINVAL, jnp.sqrt(1 - z * z * A * A))
+                         + B / jnp.maximum(_MINVAL, jnp.sqrt(1 - z * z * B * B))) - 2
+
+
+def _newton_inside(A: jax.Array, B: jax.Array, G: jax.Array):
+  """wrap_inside's Newton iteration on phi from pi/2, (n,) each; returns (phi, converged).
+
+  MuJoCo stops when |f| <= tolerance, gives up (keeping its default point) when f > 0 at the
+  start, when the slope is not negative, when phi would increase, when f exceeds the tolerance
+  after a step, or when it ran out of iterations; the flags below replay exactly that.
+  """
+  run, done, fail = 0, 1, 2
+  phi = jnp.full_like(A, 0.5 * jnp.pi)
+  f = jnp.arcsin(A) + jnp.arcsin(B) - jnp.pi + G
+  state = jnp.where(f > 0, fail, run)
+
+  def step(carry, _):
+    phi, f, state = carry
+    state = jnp.where((state == run) & ~(jnp.abs(f) > _INSIDE_TOL), done, state)
+    active = state == run
+    df = _inside_slope(A, B, phi)
+    bad_slope = df > -_MINVAL
+    phi1 = phi - f / jnp.where(bad_slope, -1.0, df)
+    moving = active & ~bad_slope & ~(phi1 > phi)
+    phi = jnp.where(moving, phi1, phi)
+    f_new = _inside_angle(A, B, G, phi)
+    f = jnp.where(moving, f_new, f)
+    state = jnp.where(active & (~moving | (f_new > _INSIDE_TOL)), fail, state)
+    return (phi, f, state), None
+
+  (phi, f, state), _ = jax.lax.scan(step, (phi, f, state), None, length=_INSIDE_MAXITER)
+  # converged at the check that would start iteration 20: MuJoCo counts that as a failure
+  return phi, state == done
+
+
+def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array):
+  """Wrap of a 2D segment whose sidesite lies inside the geom (wrap_inside).
+
+  The tendon is pulled onto the circle and touches it at one point, where its two straight
+  pieces make equal angles with the radius. Returns the point (n, 2) (both tangent points) and
+  wrapped (n,) bool; the arc length is zero. Where Newton's method does not converge, MuJoCo
+  keeps its initial guess, the direction of the segment's midpoint.
+  """
+  len0, len1 = math.safe_norm(end0), math.safe_norm(end1)
+  dif = end1 - end0
+  dd = _dot(dif, dif)
+  ok = ((len0 > radius) & (len1 > radius) & (radius >= _MINVAL) & (len0 >= _MINVAL)
+        & (len1 >= _MINVAL))
+  a = -_safe_div(_dot(dif, end0), dd)
+  near = end0 + a[:, None] * dif
+  ok = ok & ~((dd > _MINVAL) & (a > 0) & (a < 1) & (math.safe_norm(near) <= radius))
+  default = _unit(0.5 * (end0 + end1)) * radius[:, None]
+
+  # Where ok, A, B < 1; elsewhere use harmless values so nothing below is NaN.
+  A = jnp.where(ok, radius / jnp.where(ok, len0, 1.0), 0.5)
+  B = jnp.where(ok, radius / jnp.where(ok, len1, 1.0), 0.5)
+  cos_g = _safe_div(len0 * len0 + len1 * len1 - dd, 2 * len0 * len1)
+  ok = ok & ~(cos_g < -1 + _MINVAL)
+  solve = ok & ~(cos_g > 1 - _MINVAL)
+  G = jnp.arccos(jnp.where(solve, cos_g, 0.0))
+
+  phi, converged = _newton_inside(*(jax.lax.stop_gradient(x) for x in (A, B, G)))
+  converged = converged & solve
+  # Implicit derivative of the root: one Newton correction whose value is exactly zero.
+  phi = jax.lax.stop_gradient(jnp.where(converged, phi, 0.25 * jnp.pi))
+  f = _inside_angle(A, B, G, phi)
+  slope = jax.lax.stop_gradient(_inside_slope(A, B, phi))
+  phi = phi - (f - jax.lax.stop_gradient(f)) / jnp.where(slope < 0, slope, -1.0)
+
+  z = jnp.sin(phi)
+  ccw = _cross2(end0, end1) > 0
+  vec = _unit(jnp.where(ccw[:, None], end0, end1))
+  ang = phi - jnp.where(ccw, jnp.arcsin(A * z), jnp.arcsin(B * z))
+  cos, sin = jnp.cos(ang), jnp.sin(ang)
+  pnt = radius[:, None] * jnp.stack([cos * vec[:, 0] - sin * vec[:, 1],
+                                     sin * vec[:, 0] + cos * vec[:, 1]], -1)
+  return jnp.where(converged[:, None], pnt, default), ok
+
+
+# ------------------------------------------------------------------------------------------------
+# 3D wrapping (mju_wrap)
+
+
+def _sphere_plane(p0: jax.Array, p1: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Axes (n, 3) of the plane through the sphere's centre and both sites (mju_wrap)."""
+  axis0 = _unit(p0)
+  normal = math.cross(p0, p1)
+  parallel = math.safe_norm(normal) < _MINVAL
+  # parallel sites: any normal; MuJoCo crosses with a 0/1 vector that is 0 at the largest
+  # component of axis0
+  a = jnp.abs(axis0)
+  big_y = (a[:, 1] > a[:, 0]) & (a[:, 1] > a[:, 2])
+  big_z = (a[:, 2] > a[:, 0]) & (a[:, 2] > a[:, 1])
+  other = jnp.where(big_z[:, None], jnp.array([1.0, 1.0, 0.0], dtype=p0.dtype),
+                    jnp.where(big_y[:, None], jnp.array([1.0, 0.0, 1.0], dtype=p0.dtype),
+                              jnp.array([0.0, 1.0, 1.0], dtype=p0.dtype)))
+  normal = jnp.where(parallel[:, None], _unit(math.cross(axis0, other)), _unit(normal))
+  return axis0, _unit(math.cross(normal, axis0))
+
+
+def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: jax.Array,
+          side: jax.Array, has_side: jax.Array, cylinder: np.ndarray):
+  """Wraps straight segments x0-x1 around spheres or cylinders (mju_wrap), n at once.
+
+  Args:
+    x0, x1: (n, 3) world positions of the sites before and after the geom.
+    pos, mat: (n, 3), (n, 3, 3) geom frames; radius: (n,) geom_size[:, 0].
+    side: (n, 3) sidesite positions, used where has_side (n,) bool.
+    cylinder: (n,) static bool: the geom is a cylinder (else a sphere).
+  Returns:
+    wlen (n,) length on the geom, t0 and t1 (n, 3) world tangent points, wrapped (n,) bool
+    (MuJoCo's wlen >= 0).
+  """
+  p0 = jnp.einsum("nji,nj->ni", mat, x0 - pos)
+  p1 = jnp.einsum("nji,nj->ni", mat, x1 - pos)
+  off_centre = (math.safe_norm(p0) >= _MINVAL) & (math.safe_norm(p1) >= _MINVAL)
+  # the wrap plane: the cylinder's cross-section, or the plane of the sphere's centre and sites
+  axis0 = jnp.zeros_like(p0).at[:, 0].set(1.0)
+  axis1 = jnp.zeros_like(p0).at[:, 1].set(1.0)
+  if not cylinder.all():
+    sphere0, sphere1 = _sphere_plane(p0, p1)
+    axis0 = jnp.where(cylinder[:, None], axis0, sphere0)
+    axis1 = jnp.where(cylinder[:, None], axis1, sphere1)
+  end0 = jnp.stack([_dot(p0, axis0), _dot(p0, axis1)], -1)
+  end1 = jnp.stack([_dot(p1, axis0), _dot(p1, axis1)], -1)
+  s = jnp.einsum("nji,nj->ni", mat, side - pos)
+  sd = _unit(jnp.stack([_dot(s, axis0), _dot(s, axis1)], -1)) * radius[:, None]
+
+  wlen, c0, c1, ok = _wrap_circle(end0, end1, sd, has_side, radius)
+  q, ok_inside = _wrap_inside(end0, end1, radius)
+  inside = has_side & (math.safe_norm(s) < radius)
+  wlen = jnp.where(inside, 0.0, wlen)
+  q0 = jnp.where(inside[:, None], q, c0)
+  q1 = jnp.where(inside[:, None], q, c1)
+  wrapped = off_centre & jnp.where(inside, ok_inside, ok)
+
+  res0 = axis0 * q0[:, :1] + axis1 * q0[:, 1:]
+  res1 = axis0 * q1[:, :1] + axis1 * q1[:, 1:]
+  if cylinder.any():
+    # the tangent points' heights interpolate the sites' along the unrolled path: a helix
+    l0 = math.safe_norm(p0[:, :2] - res0[:, :2])
+    l1 = math.safe_norm(p1[:, :2] - res1[:, :2])
+    total = l0 + wlen + l1
+    rise = p1[:, 2] - p0[:, 2]
+    z0 = p0[:, 2] + rise * _safe_div(l0, total)
+    z1 = p0[:, 2] + rise * _safe_div(l0 + wlen, total)
+    res0 = jnp.where(cylinder[:, None], res0.at[:, 2].set(z0), res0)
+    res1 = jnp.where(cylinder[:, None], res1.at[:, 2].set(z1), res1)
+    wlen = jnp.where(cylinder, math.safe_norm(jnp.stack([wlen, jnp.abs(z1 - z0)], -1)), wlen)
+  t0 = jnp.einsum("nij,nj->ni", mat, res0) + pos
+  t1 = jnp.einsum("nij,nj->ni", mat, res1) + pos
+  return wlen, t0, t1, wrapped
+
+
+# ------------------------------------------------------------------------------------------------
+# the stage
+
+
+def _segment_sum(x: jax.Array, ids: np.ndarray, n: int) -> jax.Array:
+  return jax.ops.segment_sum(x, jnp.asarray(ids), num_segments=n, indices_are_sorted=True)
+
+
+def _wrap_spans(m: Model, d: Data, path: _Path, x0: jax.Array, x1: jax.Array):
+  """Wrap length, tangent points and wrapped flag of every span (zeros/False for site-site).
+
+  All spans with a geom, spheres and cylinders together, are wrapped in one vectorised call:
+  one program for both types compiles faster than one per type and costs a few extra
+  elementwise operations.
+  """
+  nspan = x0.shape[0]
+  k = np.flatnonzero(path.span_geom >= 0)
+  if not k.size:
+    return jnp.zeros(nspan, dtype=x0.dtype), x0, x1, jnp.zeros(nspan, dtype=bool)
+  g = path.span_geom[k]
+  wrap = path.span_wrap[k]
+  sideid = jnp.round(m.wrap_prm[wrap]).astype(jnp.int32)
+  side = d.site_xpos[jnp.clip(sideid, 0, m.nsite - 1)]
+  w, p0, p1, ok = _wrap(x0[k], x1[k], d.geom_xpos[g], d.geom_xmat[g], m.geom_size[g, 0], side,
+                        sideid >= 0, m.wrap_type[wrap] == WrapType.CYLINDER)
+  wlen = jnp.zeros(nspan, dtype=x0.dtype).at[k].set(w)
+  return (wlen, x0.at[k].set(p0), x1.at[k].set(p1),
+          jnp.zeros(nspan, dtype=bool).at[k].set(ok))
+
+
+def _path_points(m: Model, path: _Path, points: jax.Array, wrapped: jax.Array):
+  """ten_wrapadr, ten_wrapnum (ntendon,), wrap_obj (nwrap, 2), wrap_xpos (nwrap, 6)."""
+  present = jnp.where(path.point_cond >= 0, wrapped[np.maximum(path.point_cond, 0)], True)
+  count = present.astype(jnp.int32)
+  slot = jnp.where(present, jnp.cumsum(count) - 1, 2 * m.nwrap)   # absent: dropped
+  xpos = jnp.zeros((2 * m.nwrap, 3), dtype=points.dtype)
+  xpos = xpos.at[slot].set(points[path.point_src], mode="drop")
+  obj = jnp.zeros(2 * m.nwrap, dtype=jnp.int32).at[slot].set(
+      jnp.asarray(path.point_obj), mode="drop")
+  wrapnum = _segment_sum(count, path.point_ten, m.ntendon)
+  wrapadr = jnp.cumsum(wrapnum) - wrapnum
+  return wrapadr, wrapnum, obj.reshape(m.nwrap, 2), xpos.reshape(m.nwrap, 6)
+
+
+def tendon(m: Model, d: Data) -> Data:
+  """Computes ten_length (ntendon,) m, ten_J (ntendon, nv), ten_wrapadr, ten_wrapnum, wrap_obj
+  (nwrap, 2) and wrap_xpos (nwrap, 6) m (mj_tendon).
+
+  Needs kinematics (site and geom frames) and com_pos (cdof and subtree_com, for the Jacobians).
+  """
+  if not m.ntendon:
+    return d
+  with jax.named_scope("tendon"):
+    path = _path(m)
+    dtype = d.qpos.dtype
+    length = jnp.zeros(m.ntendon, dtype=dtype)
+    ten_J = jnp.zeros((m.ntendon, m.nv), dtype=dtype)
+
+    if path.jnt_ten.size:
+      coef = m.wrap_prm[path.jnt_wrap]
+      length = length + _segment_sum(coef * d.qpos[path.jnt_qposadr], path.jnt_ten, m.ntendon)
+      ten_J = ten_J.at[path.jnt_ten, path.jnt_dofadr].add(coef)
+
+    wrapadr = jnp.zeros(m.ntendon, dtype=jnp.int32)
+    wrapnum = jnp.zeros(m.ntendon, dtype=jnp.int32)
+    wrap_obj = jnp.zeros((m.nwrap, 2), dtype=jnp.int32)
+    wrap_xpos = jnp.zeros((m.nwrap, 6), dtype=dtype)
+    if path.span_ten.size:
+      x0, x1 = d.site_xpos[path.span_site0], d.site_xpos[path.span_site1]
+      wlen, t0, t1, wrapped = _wrap_spans(m, d, path, x0, x1)
+      divisor = jnp.where(path.span_pulley >= 0, m.wrap_prm[np.maximum(path.span_pulley, 0)], 1.0)
+
+      around = math.safe_norm(t0 - x0) + wlen + math.safe_norm(x1 - t1)
+      span_length = jnp.where(wrapped, around, math.safe_norm(x1 - x0)) / divisor
+      length = length + _segment_sum(span_length, path.span_ten, m.ntendon)
+
+      points = jnp.concatenate([jnp.stack([x0, t0, t1, x1], axis=1).reshape(-1, 3),
+                                jnp.zeros((1, 3), dtype=dtype)])
+      if path.seg_span.size:
+        ends = points[path.seg_src]                                   # (nseg, 2, 3)
+        jacp, _ = kinematics.jac(m, d, ends.reshape(-1, 3), path.seg_body.reshape(-1))
+        jacp = jacp.reshape(len(path.seg_span), 2, m.nv, 3)
+        unit = _unit(ends[:, 1] - ends[:, 0])
+        rows = jnp.einsum("svk,sk->sv", jacp[:, 1] - jacp[:, 0], unit)
+        used = wrapped[path.seg_span] == path.seg_wrapped
+        scale = jnp.where(used, 1.0 / divisor[path.seg_span], 0.0)
+        ten_J = ten_J + _segment_sum(rows * scale[:, None], path.span_ten[path.seg_span],
+                                     m.ntendon)
+      wrapadr, wrapnum, wrap_obj, wrap_xpos = _path_points(m, path, points, wrapped)
+  return d.replace(ten_length=length, ten_J=ten_J, ten_wrapadr=wrapadr, ten_wrapnum=wrapnum,
+                   wrap_obj=wrap_obj, wrap_xpos=wrap_xpos)
+
+
+def tendon_velocity(m: Model, d: Data) -> Data:
+  """Computes ten_velocity = ten_J qvel (ntendon,) m/s (as mj_fwdVelocity)."""
+  if not m.ntendon:
+    return d
+  with jax.named_scope("tendon_velocity"):
+    return d.replace(ten_velocity=d.ten_J @ d.qvel)
