@@ -13,13 +13,10 @@ Run from the repository root, e.g. ``python benchmarks/bench_actuation.py --quic
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
-import platform
 import sys
-import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -74,28 +71,8 @@ def _actuated_model(name: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
   """Runs the benchmark and prints the tables; returns the exit code."""
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--models", default=",".join(MODELS))
-  parser.add_argument("--batches", default=",".join(map(str, bench_smooth.BATCHES)))
-  parser.add_argument("--steps", type=int, default=200)
-  parser.add_argument("--repeat", type=int, default=3)
-  parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--quick", action="store_true", help="batch 64 only, 50 steps, one run")
-  parser.add_argument("--no-mjx", action="store_true")
-  args = parser.parse_args(argv)
-  if args.quick:
-    args.batches, args.steps, args.repeat = "64", 50, 1
-  import jax  # pylint: disable=import-outside-toplevel
-  import mujoco  # pylint: disable=import-outside-toplevel
-  if args.dtype == "float64":
-    jax.config.update("jax_enable_x64", True)
-  batches = [int(b) for b in args.batches.split(",") if b]
-  print(f"device: {bench_smooth.device_name()}")
-  print(f"jax {jax.__version__}, mujoco {mujoco.__version__}, python {platform.python_version()}, "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
-  print(f"dtype {args.dtype}, {args.steps} steps per timed run, best of {args.repeat}; "
-        "contacts and constraints disabled; random constant ctrl in [0, 1]")
+  args = bench_smooth.parse_args(argv, __doc__, MODELS)
+  batches = bench_smooth.start(args, "contacts and constraints disabled; random constant ctrl in [0, 1]")
   rng = np.random.default_rng(args.seed)
   rows: list[tuple[str, str, dict[str, Any]]] = []
   for name in [n for n in args.models.split(",") if n]:
@@ -104,21 +81,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     init = {"qvel": 0.1 * rng.standard_normal((max(batches), mj.nv)),
             "ctrl": rng.uniform(0, 1, size=(max(batches), mj.nu))}
-    engines: list[tuple[str, Callable[[], Any]]] = [
-        ("flexor", lambda: bench_smooth.run_flexor(
-            mj, init, args.dtype, args.steps, batches, args.repeat))]
-    if not args.no_mjx:
-      engines.append(("MJX", lambda: bench_smooth.run_mjx(
-          mj, init, args.dtype, args.steps, batches, args.repeat)))
-    for engine, measure in engines:
-      t0 = time.perf_counter()
-      rows.append((name, engine, measure()))
-      print(f"  {engine} done in {time.perf_counter() - t0:.0f} s", flush=True)
-    loop, rolled = bench_smooth.run_mujoco(mj, init, args.steps, batches,
-                                        args.repeat)
-    rows.append((name, "MuJoCo C loop", loop))
-    if rolled is not None:
-      rows.append((name, f"MuJoCo C rollout x{rolled['nthread']}", rolled))
+    rows += bench_smooth.measure_model(name, mj, init, args, batches)
   bench_smooth.print_tables(rows, batches)
   return 0 if all(r["finite"] for _, _, r in rows) else 1
 

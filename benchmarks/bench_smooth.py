@@ -32,11 +32,14 @@ MODELS = ("humanoid", "cheetah", "chain20")
 BATCHES = (64, 256, 1024)
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--models", default=",".join(MODELS),
+def parse_args(argv: list[str] | None, doc: str | None = None, models: tuple[str, ...] = MODELS,
+               grad: bool = False) -> argparse.Namespace:
+  """The benchmarks' shared options (``doc``: the calling script's docstring); ``grad`` adds
+  ``--grad``."""
+  parser = argparse.ArgumentParser(description=(doc or __doc__).split("\n\n")[0])
+  parser.add_argument("--models", default=",".join(models),
                       help=f"comma-separated: dm_control suite names, flexor examples or MJCF "
-                           f"paths (default {','.join(MODELS)})")
+                           f"paths (default {','.join(models)})")
   parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
                       help="comma-separated batch sizes (default 64,256,1024)")
   parser.add_argument("--steps", type=int, default=200, help="steps per timed run (200)")
@@ -46,10 +49,27 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
   parser.add_argument("--quick", action="store_true",
                       help="batch 64 only, 50 steps, one timed run")
   parser.add_argument("--no-mjx", action="store_true", help="skip MJX (slow to compile)")
+  if grad:
+    parser.add_argument("--grad", action="store_true",
+                        help="also time a rollout gradient against the forward rollout")
   args = parser.parse_args(argv)
   if args.quick:
     args.batches, args.steps, args.repeat = "64", 50, 1
   return args
+
+
+def start(args: argparse.Namespace, setting: str) -> list[int]:
+  """Configures JAX for ``args.dtype``, prints the run's header and returns the batch sizes."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import mujoco  # pylint: disable=import-outside-toplevel
+  if args.dtype == "float64":
+    jax.config.update("jax_enable_x64", True)
+  print(f"device: {device_name()}")
+  print(f"jax {jax.__version__}, mujoco {mujoco.__version__}, python {platform.python_version()}, "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+  print(f"dtype {args.dtype}, {args.steps} steps per timed run, best of {args.repeat}; {setting}")
+  print(f"load average at start: {_load_average()}")
+  return [int(b) for b in args.batches.split(",") if b]
 
 
 def model_path(name: str) -> str:
@@ -231,43 +251,41 @@ def _fmt(value: float | None, kind: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
   """Runs the benchmark and prints the tables; returns the exit code."""
-  args = _parse(argv)
-  import jax  # pylint: disable=import-outside-toplevel
-  import mujoco  # pylint: disable=import-outside-toplevel
-  if args.dtype == "float64":
-    jax.config.update("jax_enable_x64", True)
-
+  args = parse_args(argv)
   models = [n for n in args.models.split(",") if n]
-  batches = [int(b) for b in args.batches.split(",") if b]
-  print(f"device: {device_name()}")
-  print(f"jax {jax.__version__}, mujoco {mujoco.__version__}, python {platform.python_version()}, "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
-  print(f"dtype {args.dtype}, {args.steps} steps per timed run, best of {args.repeat}; "
-        f"contacts and constraints disabled; ctrl = 0")
-  print(f"load average at start: {_load_average()}")
+  batches = start(args, "contacts and constraints disabled; ctrl = 0")
   rng = np.random.default_rng(args.seed)
   rows: list[tuple[str, str, dict[str, Any]]] = []
   for name in models:
     mj = _smooth_model(model_path(name))
     print(f"\n{name}: nq={mj.nq} nv={mj.nv} nbody={mj.nbody} nu={mj.nu}", flush=True)
     init = {"qvel": 0.1 * rng.standard_normal((max(batches), mj.nv))}
-    engines: list[tuple[str, Callable[[], Any]]] = [
-        ("flexor", lambda: run_flexor(mj, init, args.dtype, args.steps, batches, args.repeat))]
-    if not args.no_mjx:
-      engines.append(("MJX", lambda: run_mjx(mj, init, args.dtype, args.steps, batches, args.repeat)))
-    for engine, measure in engines:
-      t0 = time.perf_counter()
-      rows.append((name, engine, measure()))
-      print(f"  {engine} done in {time.perf_counter() - t0:.0f} s", flush=True)
-    t0 = time.perf_counter()
-    loop, rolled = run_mujoco(mj, init, args.steps, batches, args.repeat)
-    rows.append((name, "MuJoCo C loop", loop))
-    if rolled is not None:
-      rows.append((name, f"MuJoCo C rollout x{rolled['nthread']}", rolled))
-    print(f"  MuJoCo C done in {time.perf_counter() - t0:.0f} s", flush=True)
+    rows += measure_model(name, mj, init, args, batches)
   print(f"load average at end: {_load_average()}")
   print_tables(rows, batches)
   return 0 if all(r["finite"] for _, _, r in rows) else 1
+
+
+def measure_model(name: str, mj: Any, init: dict[str, np.ndarray], args: argparse.Namespace,
+                  batches: list[int]) -> list[tuple[str, str, dict[str, Any]]]:
+  """Table rows of flexor, MJX (unless ``args.no_mjx``) and MuJoCo C on one model, measured
+  from the same initial Data fields ``init`` (arrays with a leading batch dimension)."""
+  engines: list[tuple[str, Callable[[], Any]]] = [
+      ("flexor", lambda: run_flexor(mj, init, args.dtype, args.steps, batches, args.repeat))]
+  if not args.no_mjx:
+    engines.append(("MJX", lambda: run_mjx(mj, init, args.dtype, args.steps, batches, args.repeat)))
+  rows = []
+  for engine, measure in engines:
+    t0 = time.perf_counter()
+    rows.append((name, engine, measure()))
+    print(f"  {engine} done in {time.perf_counter() - t0:.0f} s", flush=True)
+  t0 = time.perf_counter()
+  loop, rolled = run_mujoco(mj, init, args.steps, batches, args.repeat)
+  rows.append((name, "MuJoCo C loop", loop))
+  if rolled is not None:
+    rows.append((name, f"MuJoCo C rollout x{rolled['nthread']}", rolled))
+  print(f"  MuJoCo C done in {time.perf_counter() - t0:.0f} s", flush=True)
+  return rows
 
 
 def print_tables(rows: list[tuple[str, str, dict[str, Any]]], batches: list[int]) -> None:

@@ -67,8 +67,6 @@ def test_example_matches_mujoco(name: str):
     mj, fm = mujoco.MjModel.from_xml_path(source), flexor.load_mjcf(source)
   else:
     mj, fm = mujoco.MjModel.from_xml_string(source), flexor.load_mjcf_string(source)
-  # the muscle arm's joints are limited; limits are constraints, a later stage (issue #6)
-  mj.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONSTRAINT
   nstep = int(round(duration / mj.opt.timestep))
   ctrl = ctrl_fn(np.arange(nstep) * mj.opt.timestep)
 

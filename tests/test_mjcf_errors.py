@@ -516,6 +516,8 @@ def test_unsupported_feature(tmp_path, xml, line, element, attribute):
     pytest.param(_act("<position site='s' kp='10'/>"), "site", "refsite", id="position_on_site"),
     pytest.param(_act("<intvelocity joint='j' kp='10'/>"), "actrange", "actrange",
                  id="intvelocity_unbounded"),
+    pytest.param("<mujoco><option noslip_iterations='3'/><worldbody/></mujoco>",
+                 "noslip_iterations", "noslip", id="noslip"),
 ])
 def test_misbehaving_models_warn(xml, attribute, word):
   """Models MuJoCo accepts but that will not do what they seem to: loaded, with a warning."""

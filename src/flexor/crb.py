@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math, passive, tendon, tree
-from flexor.types import Data, JointType, Model, TrnType
+from flexor import kinematics, math, passive, tendon, tree
+from flexor.types import Data, Model, TrnType
 
 
 def dof_armature(m: Model) -> jax.Array:
@@ -81,28 +81,13 @@ def crb(m: Model, d: Data) -> Data:
 # --- tendon armature's bias, and the forces tendons apply to bodies ---------------------------
 
 
-def _point_motion(m: Model, d: Data, point: jax.Array, body: np.ndarray, dof_acc: jax.Array):
-  """Velocity and Jacobian derivative times qvel of points fixed to bodies, world frame, (k, 3).
-
-  As mj_objectVelocity and mj_jacDot(...) @ qvel: with offset = point - subtree_com[root] and
-  S = sum over the body's dofs of qvel * cdof_dot (``dof_acc`` summed along the path), the
-  latter is S_lin + S_ang x offset + omega x velocity.
-  """
-  offset = point - d.subtree_com[m.body_rootid[body]]
-  ang = d.cvel[body, :3]
-  vel = d.cvel[body, 3:] - math.cross(offset, ang)
-  acc = tree.path_sum(m, dof_acc)[body]
-  return vel, acc[:, 3:] + math.cross(acc[:, :3], offset) + math.cross(ang, vel)
-
-
 def tendon_jdot(m: Model, d: Data) -> jax.Array:
   """d(ten_J)/dt . qvel (ntendon,) (mj_tendonDot with vec = qvel).
 
   Zero for fixed tendons; for spatial tendons the sum over the site-site pieces between
   different bodies of ``(acc1 - acc0) . u + (vel1 - vel0) . perp`` divided by the pulley divisor,
   with u the unit direction, perp its rate of change and acc the Jacobian derivative of the sites
-  times qvel (``_point_motion``; for a quaternion dof mj_jacDot uses cvel x cdof in place of
-  cdof_dot, as here). MuJoCo rejects tendon armature on tendons that wrap around geoms, so
+  times qvel (``kinematics.point_jac_dot``). MuJoCo rejects tendon armature on tendons that wrap around geoms, so
   wrapping pieces are left out.
   """
   zero = jnp.zeros(m.ntendon, dtype=d.qvel.dtype)
@@ -112,14 +97,9 @@ def tendon_jdot(m: Model, d: Data) -> jax.Array:
   if not spans.size:
     return zero
   b0, b1 = b0[spans], b1[spans]
-  jtype = m.jnt_type[m.dof_jntid]
-  quat = (jtype == JointType.BALL) | ((jtype == JointType.FREE)
-                                      & (np.arange(m.nv) >= m.jnt_dofadr[m.dof_jntid] + 3))
-  cdof_dot = jnp.where(quat[:, None], math.motion_cross(d.cvel[m.dof_bodyid], d.cdof), d.cdof_dot)
-  dof_acc = cdof_dot * d.qvel[:, None]
   p0, p1 = d.site_xpos[path.span_site0[spans]], d.site_xpos[path.span_site1[spans]]
-  vel0, acc0 = _point_motion(m, d, p0, b0, dof_acc)
-  vel1, acc1 = _point_motion(m, d, p1, b1, dof_acc)
+  vel0, acc0, _ = kinematics.point_jac_dot(m, d, p0, b0)
+  vel1, acc1, _ = kinematics.point_jac_dot(m, d, p1, b1)
   norm = math.safe_norm(p1 - p0, keepdims=True)
   far = norm > math.MINVAL
   unit = (p1 - p0) / jnp.where(far, norm, 1.0)

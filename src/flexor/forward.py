@@ -2,26 +2,23 @@
 
 Stages, as in MuJoCo's ``engine_forward.c``:
 
-* ``fwd_position``: kinematics, com_pos, tendon, crb, factor_m, transmission;
-* ``fwd_velocity``: tendon and actuator velocities, com_vel, passive, rne_bias;
+* ``fwd_position``: kinematics, com_pos, tendon, crb, factor_m, collision, make_constraint,
+  transmission;
+* ``fwd_velocity``: tendon and actuator velocities, com_vel, reference_constraint, passive,
+  rne_bias;
 * ``fwd_actuation``: act_dot, actuator_force, qfrc_actuator;
 * ``fwd_acceleration``: qfrc_smooth and qacc_smooth;
-* ``fwd_constraint``: qacc and qfrc_constraint;
+* ``fwd_constraint``: qacc, qfrc_constraint and the constraint forces (``flexor.solver``);
 
 and ``inverse`` runs the first two, then ``inv_acceleration`` (qfrc_inverse from qacc).
-
-Collision and constraints are later stages. Until the constraint solver exists,
-``fwd_constraint`` is MuJoCo's unconstrained case: qacc = qacc_smooth and qfrc_constraint = 0,
-which is exact for models (or options) without active constraints.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from flexor import actuation, kinematics, transmission
+from flexor import actuation, collision, constraint, kinematics, solver, transmission
 from flexor.crb import armature, crb, factor_m, solve_m, tendon_bias
 from flexor.passive import passive
 from flexor.rne import rne, rne_bias
@@ -37,6 +34,8 @@ def fwd_position(m: Model, d: Data) -> Data:
     d = tendon(m, d)
     d = crb(m, d)
     d = factor_m(m, d)
+    d = collision.collision(m, d)
+    d = constraint.make_constraint(m, d)
     d = transmission.transmission(m, d)
   return d
 
@@ -47,6 +46,7 @@ def fwd_velocity(m: Model, d: Data) -> Data:
     d = tendon_velocity(m, d)
     d = transmission.actuator_velocity(m, d)
     d = kinematics.com_vel(m, d)
+    d = constraint.reference_constraint(m, d)
     d = passive(m, d)
     d = rne_bias(m, d)
   return d
@@ -72,15 +72,18 @@ def fwd_acceleration(m: Model, d: Data) -> Data:
 
 
 def fwd_constraint(m: Model, d: Data) -> Data:
-  """Computes qacc and qfrc_constraint (nv,); without a constraint solver, qacc = qacc_smooth.
+  """Computes qacc, qfrc_constraint (nv,) and the constraint forces (see ``flexor.solver``);
+  qacc = qacc_smooth when the model has no constraint rows.
 
   Also sets warning_nan when qacc is not finite.
   """
-  del m  # the unconstrained case needs no model data
   with jax.named_scope("fwd_constraint"):
-    qacc = d.qacc_smooth
-    warning_nan = d.warning_nan | ~jnp.all(jnp.isfinite(qacc))
-  return d.replace(qacc=qacc, qfrc_constraint=jnp.zeros_like(qacc), warning_nan=warning_nan)
+    if m.njmax and not m.opt.disabled(DisableBit.CONSTRAINT):
+      d = solver.solve(m, d)
+    else:
+      d = d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth))
+    warning_nan = d.warning_nan | ~jnp.all(jnp.isfinite(d.qacc))
+  return d.replace(warning_nan=warning_nan)
 
 
 def forward(m: Model, d: Data) -> Data:
@@ -95,14 +98,21 @@ def forward(m: Model, d: Data) -> Data:
 
 
 def inv_acceleration(m: Model, d: Data) -> Data:
-  """Computes qfrc_inverse and qfrc_constraint (nv,) from qacc, after fwd_position/fwd_velocity.
+  """Computes qfrc_inverse, qfrc_constraint (nv,) and efc_force from qacc, after fwd_position and
+  fwd_velocity.
 
-  As in mj_inverse: qfrc_inverse = rne(qacc) + armature qacc + tendon bias - qfrc_passive -
-  qfrc_constraint, where rne(qacc) = M qacc + qfrc_bias without armature (``crb.armature``,
-  ``crb.tendon_bias``). qfrc_constraint is zero until the constraint stage exists.
+  As in mj_inverse: the constraint forces are those the soft-constraint model assigns to qacc
+  (no solve: mj_invConstraint), and qfrc_inverse = rne(qacc) + armature qacc + tendon bias -
+  qfrc_passive - qfrc_constraint, where rne(qacc) = M qacc + qfrc_bias without armature
+  (``crb.armature``, ``crb.tendon_bias``).
   """
   with jax.named_scope("inv_acceleration"):
-    qfrc_constraint = jnp.zeros_like(d.qacc)
+    if m.njmax and not m.opt.disabled(DisableBit.CONSTRAINT):
+      force, state = solver.constraint_force(m, d, d.qacc)
+      d = d.replace(efc_force=force, efc_state=state)
+      qfrc_constraint = d.efc_J.T @ force
+    else:
+      qfrc_constraint = jnp.zeros_like(d.qacc)
     qfrc_inverse = (rne(m, d, flg_acc=True) + armature(m, d) @ d.qacc + tendon_bias(m, d)
                     - d.qfrc_passive - qfrc_constraint)
   return d.replace(qfrc_constraint=qfrc_constraint, qfrc_inverse=qfrc_inverse)
@@ -111,8 +121,8 @@ def inv_acceleration(m: Model, d: Data) -> Data:
 def inverse(m: Model, d: Data) -> Data:
   """Computes qfrc_inverse (nv,), the generalised force that produces the given qacc (mj_inverse).
 
-  Runs fwd_position, fwd_velocity and inv_acceleration. Without constraints qfrc_inverse equals
-  qfrc_applied + qfrc_actuator + J' xfrc_applied of a forward pass that produced qacc.
+  Runs fwd_position, fwd_velocity and inv_acceleration. qfrc_inverse equals qfrc_applied +
+  qfrc_actuator + J' xfrc_applied of a forward pass that produced qacc.
   """
   with jax.named_scope("inverse"):
     d = fwd_position(m, d)

@@ -197,6 +197,29 @@ def jac(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array):
   return jacp * moves[..., None], ang * moves[..., None]
 
 
+def point_jac_dot(m: Model, d: Data, point: jax.Array, body: np.ndarray):
+  """Velocities and Jacobian derivatives times qvel of points fixed to bodies (mj_jacDot @ qvel).
+
+  Args:
+    point: (k, 3) world positions.
+    body: (k,) ids of the bodies the points move with.
+  Returns:
+    vel (k, 3) the points' velocities; acc (k, 3) d(jacp)/dt qvel; acc_ang (k, 3)
+    d(jacr)/dt qvel. With offset = point - subtree_com[root] and S the sum along the body's
+    path of qvel * cdof_dot (for a quaternion dof mj_jacDot uses cvel x cdof in place of
+    cdof_dot, as here): acc = S_lin + S_ang x offset + omega x vel, acc_ang = S_ang.
+  """
+  jtype = m.jnt_type[m.dof_jntid]
+  quat = (jtype == JointType.BALL) | ((jtype == JointType.FREE)
+                                      & (np.arange(m.nv) >= m.jnt_dofadr[m.dof_jntid] + 3))
+  cdof_dot = jnp.where(quat[:, None], math.motion_cross(d.cvel[m.dof_bodyid], d.cdof), d.cdof_dot)
+  path = tree.path_sum(m, cdof_dot * d.qvel[:, None])[body]
+  offset = point - d.subtree_com[m.body_rootid[body]]
+  ang = d.cvel[body, :3]
+  vel = d.cvel[body, 3:] - math.cross(offset, ang)
+  return vel, path[:, 3:] + math.cross(path[:, :3], offset) + math.cross(ang, vel), path[:, :3]
+
+
 def apply_ft(m: Model, d: Data, force: jax.Array, torque: jax.Array, point: jax.Array) -> jax.Array:
   """Joint-space force of world-frame forces and torques acting on every body (mj_applyFT).
 

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import integrate, math
+from flexor import integrate, kinematics, math
 from flexor.crb import dof_armature, solve_m
 from flexor.forward import fwd_position
 from flexor.types import (BiasType, Data, DisableBit, GainType, IntegratorType, JointType,
@@ -98,6 +98,22 @@ def _invweight(m: Model, d) -> tuple[jax.Array, jax.Array]:
   return dof, tendon
 
 
+def _body_invweight(m: Model, d: Data) -> jax.Array:
+  """(nbody, 2) body_invweight0: the mean diagonal of J qM^-1 J' at qpos0, J the body's com
+  Jacobian, over (translation, rotation); 1 / mass for slide-only simple bodies, 0 for bodies
+  that no dof moves."""
+  jacp, jacr = kinematics.jac(m, d, d.xipos, np.arange(m.nbody))      # (nbody, nv, 3)
+  jac = jnp.concatenate([jacp, jacr], axis=-1)                          # (nbody, nv, 6)
+  minv_jac = solve_m(m, d, jnp.moveaxis(jac, 1, 0).reshape(m.nv, -1)).reshape(m.nv, m.nbody, 6)
+  diag = jnp.einsum("bvk,vbk->bk", jac, minv_jac)
+  tran, rot = jnp.mean(diag[:, :3], axis=-1), jnp.mean(diag[:, 3:], axis=-1)
+  simple = m.body_simple == 2
+  tran = jnp.where(simple, 1 / jnp.maximum(math.MINVAL, m.body_mass), tran)
+  rot = jnp.where(simple, 0.0, rot)
+  moving = (m.body_dofnum[m.body_weldid] > 0) & (np.arange(m.nbody) > 0)
+  return jnp.where(moving[:, None], jnp.stack([tran, rot], axis=-1), 0.0)
+
+
 def _dampratio_actuators(m: Model) -> tuple[int, ...]:
   """Actuators whose biasprm[2] holds a dampratio left by the compiler (host values): pid, SO3,
   and fixed-gain servos with gainprm[0] = -biasprm[1], with a positive biasprm[2]."""
@@ -152,6 +168,8 @@ def _constants(m: Model, reset: Data, dampratio: tuple[int, ...],
   out = dict(tendon_length0=d.ten_length, actuator_length0=d.actuator_length,
              dof_M0=_dof_m0(m, d), dof_invweight0=dof_invweight0,
              tendon_invweight0=tendon_invweight0, actuator_acc0=acc0,
+             body_invweight0=_body_invweight(m, d) if m.nv else m.body_invweight0,
+             stat_meaninertia=jnp.mean(jnp.diagonal(d.qM)) if m.nv else m.stat_meaninertia,
              actuator_biasprm=_dampratio(m, d, dampratio))
   if springs:
     out["tendon_lengthspring"] = _spring_lengths(m, reset)

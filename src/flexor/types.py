@@ -204,6 +204,44 @@ class EqType(enum.IntEnum):
   DISTANCE = 5
 
 
+class ConstraintType(enum.IntEnum):
+  """mjtConstraint."""
+
+  EQUALITY = 0
+  FRICTION_DOF = 1
+  FRICTION_TENDON = 2
+  LIMIT_JOINT = 3
+  LIMIT_TENDON = 4
+  CONTACT_FRICTIONLESS = 5
+  CONTACT_PYRAMIDAL = 6
+  CONTACT_ELLIPTIC = 7
+
+
+class ConstraintState(enum.IntEnum):
+  """mjtConstraintState."""
+
+  SATISFIED = 0
+  QUADRATIC = 1
+  LINEARNEG = 2
+  LINEARPOS = 3
+  CONE = 4
+
+
+class ConeType(enum.IntEnum):
+  """mjtCone."""
+
+  PYRAMIDAL = 0
+  ELLIPTIC = 1
+
+
+class SolverType(enum.IntEnum):
+  """mjtSolver."""
+
+  PGS = 0
+  CG = 1
+  NEWTON = 2
+
+
 class _Static:
   """Static fields of one pytree node, hashed and compared by content.
 
@@ -400,6 +438,11 @@ class Model(_Node):
   neq: int
   nkey: int
   nplastic: int                 # plastic state entries (MuJoCo 4 springyield)
+  npair: int                    # explicit <contact><pair> elements
+  nexclude: int                 # <contact><exclude> elements
+  ncollision: int               # candidate geom pairs for the narrow phase (static, see below)
+  nconmax: int                  # contact slots: every contact the candidate pairs can make
+  njmax: int                    # constraint rows: every row the model can activate
   opt: Option
 
   # bodies
@@ -423,6 +466,8 @@ class Model(_Node):
   body_subtreemass: jax.Array = _field("nbody", derived=True)  # kg
   body_inertia: jax.Array = _field("nbody", 3)     # diagonal inertia in ipos/iquat frame, kg m^2
   body_gravcomp: jax.Array = _field("nbody", fill=0.0)  # antigravity force, units of body weight
+  body_invweight0: jax.Array = _field("nbody", 2, fill=0.0)  # mean inverse mass (translation,
+                                                             # rotation) at qpos0, setconst
 
   # joints
   jnt_type: np.ndarray = _field("njnt")
@@ -566,10 +611,44 @@ class Model(_Node):
   eq_type: np.ndarray = _field("neq", fill=0)
   eq_obj1id: np.ndarray = _field("neq", fill=-1)
   eq_obj2id: np.ndarray = _field("neq", fill=-1)
+  eq_objtype: np.ndarray = _field("neq", fill=1)      # ObjType of obj1/obj2: BODY or SITE
   eq_active0: np.ndarray = _field("neq", fill=1)
   eq_data: jax.Array = _field("neq", 12, fill=0.0)
   eq_solref: jax.Array = _field("neq", 2, fill=_SOLREF)
   eq_solimp: jax.Array = _field("neq", 5, fill=_SOLIMP)
+
+  # explicit contact pairs and excluded body pairs; a signature is body1 << 16 + body2
+  pair_dim: np.ndarray = _field("npair", fill=3)
+  pair_geom1: np.ndarray = _field("npair", fill=-1)
+  pair_geom2: np.ndarray = _field("npair", fill=-1)
+  pair_signature: np.ndarray = _field("npair", fill=0)
+  pair_solref: jax.Array = _field("npair", 2, fill=_SOLREF)
+  pair_solreffriction: jax.Array = _field("npair", 2, fill=(0.0, 0.0))
+  pair_solimp: jax.Array = _field("npair", 5, fill=_SOLIMP)
+  pair_margin: jax.Array = _field("npair", fill=0.0)
+  pair_gap: jax.Array = _field("npair", fill=0.0)
+  pair_friction: jax.Array = _field("npair", 5, fill=(1.0, 1.0, 0.005, 0.0001, 0.0001))
+  exclude_signature: np.ndarray = _field("nexclude", fill=0)
+
+  # the narrow phase's candidates (static, derived by flexor.mjcf.contact_pairs; no mjModel
+  # counterpart): every geom pair MuJoCo's filters can let through, in the order MuJoCo emits
+  # their contacts, geom1 of the lower geom type, and its <pair> index or -1 for a pair found
+  # by contype/conaffinity
+  collision_geom: np.ndarray = _field("ncollision", 2, fill=-1, derived=True)
+  collision_pairid: np.ndarray = _field("ncollision", fill=-1, derived=True)
+  collision_dim: np.ndarray = _field("ncollision", fill=3, derived=True)    # condim
+  collision_conadr: np.ndarray = _field("ncollision", fill=0, derived=True)  # first contact slot
+  collision_connum: np.ndarray = _field("ncollision", fill=0, derived=True)  # contact slots
+
+  # constraint rows (static, derived by flexor.mjcf.constraint_rows): each row's mjtConstraint,
+  # element id (equality, dof, joint, tendon or contact slot) and index within its element
+  # (limits: 0 lower, 1 upper; equality and contacts: the row of the block)
+  efc_rowtype: np.ndarray = _field("njmax", fill=0, derived=True)
+  efc_rowid: np.ndarray = _field("njmax", fill=0, derived=True)
+  efc_rowsub: np.ndarray = _field("njmax", fill=0, derived=True)
+
+  # statistics
+  stat_meaninertia: jax.Array = _field(None, fill=1.0)  # mean diag(qM) at qpos0, setconst
 
   # joint positions
   qpos0: jax.Array = _field("nq")                  # reference pose
@@ -691,6 +770,37 @@ class Data:
   qacc_smooth: jax.Array = _field("nv", fill=0.0)
   qfrc_constraint: jax.Array = _field("nv", fill=0.0)
   qfrc_inverse: jax.Array = _field("nv", fill=0.0)
+  # contacts: one slot per contact a candidate pair can make (Model.nconmax, static layout, see
+  # flexor.collision); contact_exist marks the slots holding a contact (MuJoCo's first ncon)
+  ncon: jax.Array = _field(None, fill=0)              # int: contacts found
+  contact_exist: jax.Array = _field("nconmax", fill=False)
+  contact_dist: jax.Array = _field("nconmax", fill=0.0)   # m, negative in penetration
+  contact_pos: jax.Array = _field("nconmax", 3, fill=0.0)
+  contact_frame: jax.Array = _field("nconmax", 3, 3, fill=0.0)  # rows: normal (geom1 to geom2), tangents
+  contact_includemargin: jax.Array = _field("nconmax", fill=0.0)  # rows exist below it
+  contact_friction: jax.Array = _field("nconmax", 5, fill=0.0)
+  contact_solref: jax.Array = _field("nconmax", 2, fill=0.0)
+  contact_solreffriction: jax.Array = _field("nconmax", 2, fill=0.0)
+  contact_solimp: jax.Array = _field("nconmax", 5, fill=0.0)
+  contact_dim: jax.Array = _field("nconmax", fill=0)       # int
+  contact_geom: jax.Array = _field("nconmax", 2, fill=-1)  # int
+  # constraint rows (Model.njmax, static layout in MuJoCo's order: equality, friction, limit,
+  # contact); efc_active marks the rows MuJoCo would instantiate (its first nefc)
+  nefc: jax.Array = _field(None, fill=0)              # int: active rows
+  efc_active: jax.Array = _field("njmax", fill=False)
+  efc_type: jax.Array = _field("njmax", fill=0)       # int: mjtConstraint
+  efc_id: jax.Array = _field("njmax", fill=0)         # int: the element's id
+  efc_J: jax.Array = _field("njmax", "nv", fill=0.0)
+  efc_pos: jax.Array = _field("njmax", fill=0.0)
+  efc_margin: jax.Array = _field("njmax", fill=0.0)
+  efc_frictionloss: jax.Array = _field("njmax", fill=0.0)
+  efc_D: jax.Array = _field("njmax", fill=0.0)
+  efc_R: jax.Array = _field("njmax", fill=0.0)
+  efc_KBIP: jax.Array = _field("njmax", 4, fill=0.0)  # stiffness, damping, impedance, (unused)
+  efc_vel: jax.Array = _field("njmax", fill=0.0)
+  efc_aref: jax.Array = _field("njmax", fill=0.0)
+  efc_force: jax.Array = _field("njmax", fill=0.0)
+  efc_state: jax.Array = _field("njmax", fill=0)      # int: mjtConstraintState
   # diagnostics: set under jit, checked by the caller
   warning_nan: jax.Array = _field(None, fill=False)   # bool: a state or acceleration became non-finite
 

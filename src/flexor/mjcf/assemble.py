@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import tree
+from flexor.mjcf import constraint_rows, contact_pairs
 from flexor.types import (_REQUIRED, JNT_NQ, JNT_NV, BiasType, DynType, GainType, JointType, Model,
                           Option, SameFrame, TrnType, WrapType, field_table)
 
@@ -197,7 +198,8 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       nmesh=len(f.get("mesh_vertadr", ())), nmeshvert=len(f.get("mesh_vert", ())),
       ntendon=len(f.get("tendon_num", ())), nwrap=len(f.get("wrap_type", ())),
       nmocap=int((mocapid >= 0).sum()), neq=len(f.get("eq_type", ())),
-      nkey=len(f.get("key_time", ())))
+      nkey=len(f.get("key_time", ())), npair=len(f.get("pair_geom1", ())),
+      nexclude=len(f.get("exclude_signature", ())))
   plastic = _plastic_tables(f, jnt_type, sizes["ntendon"])
   sizes["nplastic"] = plastic.pop("nplastic")
   nq, nv, nu, na, nmocap = (sizes[k] for k in ("nq", "nv", "nu", "na", "nmocap"))
@@ -211,8 +213,8 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
     elif spec["fill"] is _REQUIRED:
       raise ValueError(f"assemble: required field {name} is missing")
     else:
-      shape = (sizes[spec["size"]],) + tuple(sizes[s] if isinstance(s, str) else s
-                                             for s in spec["shape"])
+      shape = ((sizes[spec["size"]],) if spec["size"] else ()) + tuple(
+          sizes[s] if isinstance(s, str) else s for s in spec["shape"])
       out[name] = np.broadcast_to(np.asarray(spec["fill"]), shape).copy()
 
   rootid = np.arange(nbody, dtype=np.int32)
@@ -225,7 +227,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   body_geomnum, body_geomadr = _count_adr(f["geom_bodyid"].astype(np.int32), nbody)
   weldid = np.zeros(nbody, dtype=np.int32)
   for b in range(1, nbody):
-    weldid[b] = b if body_jntnum[b] else weldid[parent[b]]
+    weldid[b] = b if body_jntnum[b] or mocapid[b] >= 0 else weldid[parent[b]]
   mass = np.asarray(f["body_mass"], dtype=np.float64)
   subtreemass = tree.subtree_mask(parent) @ mass
   subtreemass[0] = mass.sum()
@@ -255,6 +257,8 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
                                     np.asarray(out["jnt_axis"], np.float64))
   out["body_simple"][_armature_wrap_bodies(out)] = 0
   out.update(plastic)
+  out.update(contact_pairs.candidates(out, out["opt"].disableflags))
+  out.update(constraint_rows.layout(out, out["opt"]))
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
 
   values: dict[str, Any] = {}

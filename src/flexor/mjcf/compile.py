@@ -13,6 +13,7 @@ returns what that pass needs besides the Model.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from flexor.mjcf.assemble import assemble, make_option
 from flexor.mjcf.compile_actuator import compile_actuators
 from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCompiler,
                                       check_moving_mass, check_unique_names)
+from flexor.mjcf.compile_contact import compile_contact, paired_geom_names
 from flexor.mjcf.compile_equality import compile_equality
 from flexor.mjcf.compile_tendon import compile_tendons
 from flexor.mjcf.defaults import ACTUATOR_TAGS, Attributes, Defaults, attributes
@@ -104,6 +106,12 @@ def _option(source: Source, dtype: Any):
       if r.has(name):
         values[name] = r.int(name)
         r.positive(name, values[name])
+    if values.get("noslip_iterations", 0) > 0:
+      # MuJoCo's noslip pass refines friction forces after the main solve; without it the
+      # Newton solution stands, so the model loads and slips as it would without the option
+      warnings.warn(str(r.error("the noslip solver is not supported by flexor yet: the main "
+                                "solver's forces are used without it", "noslip_iterations")),
+                    stacklevel=2)
     groups = r.ints("actuatorgroupdisable")
     if groups is not None:
       for group in groups:
@@ -196,13 +204,14 @@ def _mesh_fields(infos: list[Any]) -> dict[str, np.ndarray]:
               mesh_vertnum=num, mesh_vert=vert.reshape(-1, 3))
 
 
-def _discard_visual(tree: Tree, infos: list[Any]) -> list[Any]:
-  """``<compiler discardvisual>``: drops geoms that neither collide nor are collided with nor
-  use the ellipsoid fluid model (after they counted for inertia, as in MuJoCo) and the meshes
-  no remaining geom uses."""
+def _discard_visual(tree: Tree, infos: list[Any], paired: set[str]) -> list[Any]:
+  """``<compiler discardvisual>``: drops geoms that neither collide nor are collided with (by
+  contype/conaffinity or a ``<pair>``, names in ``paired``) nor use the ellipsoid fluid model
+  (after they counted for inertia, as in MuJoCo) and the meshes no remaining geom uses."""
   g = tree.geom
   keep = [i for i in range(len(g["type"]))
-          if g["contype"][i] or g["conaffinity"][i] or g["fluid"][i][0] > 0]
+          if g["contype"][i] or g["conaffinity"][i] or g["fluid"][i][0] > 0
+          or g["name"][i] in paired]
   for key in g:
     g[key] = [g[key][i] for i in keep]
   used = sorted({d for d, t in zip(g["dataid"], g["type"]) if t == GeomType.MESH})
@@ -294,7 +303,7 @@ def _compile(source: Source, dtype: Any) -> tuple[Model, dict[str, Any]]:
   check_unique_names(source, tree)
   infos = [info for _, info in sorted(meshes.values(), key=lambda item: item[0])]
   if compiler.discardvisual:
-    infos = _discard_visual(tree, infos)
+    infos = _discard_visual(tree, infos, paired_geom_names(source))
   fields = builder.finish()
   fields.update(_mesh_fields(infos))
   names = {kind: Names(source, label, fields[f"names_{kind}"])
@@ -304,6 +313,7 @@ def _compile(source: Source, dtype: Any) -> tuple[Model, dict[str, Any]]:
   names["tendon"] = Names(source, "tendon", fields.get("names_tendon", ()))
   fields.update(compile_actuators(source, defaults, compiler, names, fields))
   fields.update(compile_equality(source, defaults, names, fields))
+  fields.update(compile_contact(source, defaults, names, fields))
   check_moving_mass(source, tree)
   nu = int(np.sum(fields.get("actuator_ctrlnum", 0)))
   fields.update(_keyframes(source, fields, nu, int(np.sum(fields.get("actuator_actnum", 0)))))

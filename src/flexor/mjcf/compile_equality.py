@@ -17,7 +17,7 @@ from flexor.mjcf.compile_body import world_poses
 from flexor.mjcf.defaults import Defaults, attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import Names, Reader
-from flexor.types import EqType
+from flexor.types import EqType, ObjType
 
 _NEQDATA = 12  # mjNEQDATA of MuJoCo 4
 _SOLREF = (0.02, 1.0)
@@ -39,11 +39,16 @@ def compile_equality(source: Source, defaults: Defaults, names: dict[str, Names]
       etype = _KINDS[element.tag]
       data = np.zeros(_NEQDATA)
       obj2 = -1
+      objtype = ObjType.BODY
       if etype in (EqType.CONNECT, EqType.WELD):
         if element.get("site1") is not None:
-          if etype == EqType.WELD:
-            raise r.error("site-based weld constraints are not supported by flexor yet", "site1")
           obj1, obj2 = names["site"](r, "site1"), names["site"](r, "site2")
+          objtype = ObjType.SITE
+          if etype == EqType.WELD:
+            # site semantics take the poses from the sites; MuJoCo keeps the raw attributes
+            data[:3] = r.floats("anchor", 3, (0.0, 0.0, 0.0))
+            data[3:10] = r.floats("relpose", 7, (0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+            data[10] = r.float("torquescale", 1.0)
         else:
           obj1 = names["body"](r, "body1")
           obj2 = names["body"](r, "body2") if element.get("body2") is not None else 0
@@ -64,14 +69,16 @@ def compile_equality(source: Source, defaults: Defaults, names: dict[str, Names]
               data[11] = 1.0
             else:
               data[3:10] = relpose
+              data[6:10] /= np.linalg.norm(relpose[3:])
       else:
+        objtype = ObjType.UNKNOWN
         prefix = "joint" if etype == EqType.JOINT else "tendon"
         table = names["jnt" if etype == EqType.JOINT else "tendon"]
         obj1 = table(r, f"{prefix}1")
         obj2 = table(r, f"{prefix}2") if element.get(f"{prefix}2") is not None else -1
         data[:5] = r.floats("polycoef", 5, (0.0, 1.0, 0.0, 0.0, 0.0), at_most=True)
         data[10] = 1.0
-      for key, value in (("type", etype), ("obj1id", obj1), ("obj2id", obj2),
+      for key, value in (("type", etype), ("obj1id", obj1), ("obj2id", obj2), ("objtype", objtype),
                          ("active0", int(r.bool("active", True))), ("data", data),
                          ("solref", r.floats("solref", 2, _SOLREF, at_most=True)),
                          ("solimp", r.floats("solimp", 5, _SOLIMP, at_most=True))):

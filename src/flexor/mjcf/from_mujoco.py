@@ -25,7 +25,7 @@ def from_mujoco(m: Any, dtype: Any = None) -> Model:
 
   fields: dict[str, Any] = {}
   for name in _COPY + _KEYS:
-    value = np.array(getattr(m, name))
+    value = np.array(m.stat.meaninertia if name == "stat_meaninertia" else getattr(m, name))
     if name == "tendon_lengthspring" and value.ndim == 1:
       value = value.reshape(-1, 2)
     fields[name] = value

@@ -1,0 +1,109 @@
+"""Contact-model speed of flexor beside MuJoCo C and MJX, measured in one run.
+
+The harness of ``bench_smooth.py`` (see there for the columns) on models that touch the ground,
+contacts and constraints on, each model's own solver settings: dm_control's ``cheetah``,
+``walker`` and ``humanoid``, gymnasium's ``ant`` and ``humanoid``. Every engine steps the same
+compiled MjModel from qpos0 (keyframe 0 where the model has one) and the same random
+velocities, controls zero. ``--grad`` adds the cost of a reverse-mode gradient of the batched
+rollout (d sum(final qpos) / d initial qvel) relative to the forward rollout, for flexor and MJX.
+
+Run from the repository root, e.g. ``python benchmarks/bench_contact.py --quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_smooth  # pylint: disable=wrong-import-position
+
+MODELS = {"cheetah": "dmc", "walker": "dmc", "humanoid": "dmc", "ant": "gym",
+          "gym_humanoid": "gym"}
+
+
+def _model(name: str) -> Any:
+  import mujoco  # pylint: disable=import-outside-toplevel
+  if MODELS.get(name) == "gym":
+    import gymnasium  # pylint: disable=import-outside-toplevel
+    root = os.path.join(os.path.dirname(gymnasium.__file__), "envs", "mujoco", "assets")
+    return mujoco.MjModel.from_xml_path(os.path.join(root, name.replace("gym_", "") + ".xml"))
+  return mujoco.MjModel.from_xml_path(bench_smooth.model_path(name))
+
+
+def _grad_ratio(step: Callable[[Any, Any], Any], m: Any, d: Any, steps: int,
+                repeat: int) -> float:
+  """Wall time of the batched rollout's gradient w.r.t. the initial qvel over the forward's."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  def final(qvel):
+    run = lambda d: jax.lax.scan(lambda d, _: (step(m, d), None), d, None, length=steps)[0]
+    return jax.vmap(run)(d.replace(qvel=qvel)).qpos
+
+  forward = jax.jit(lambda q: jnp.sum(final(q)))
+  grad = jax.jit(jax.grad(lambda q: jnp.sum(final(q))))
+  jax.block_until_ready(forward(d.qvel))
+  jax.block_until_ready(grad(d.qvel))
+  t_fwd = bench_smooth._best(lambda: jax.block_until_ready(forward(d.qvel)), repeat)  # pylint: disable=protected-access
+  t_grad = bench_smooth._best(lambda: jax.block_until_ready(grad(d.qvel)), repeat)  # pylint: disable=protected-access
+  return t_grad / t_fwd
+
+
+def main(argv: list[str] | None = None) -> int:
+  """Runs the benchmark and prints the tables; returns the exit code."""
+  args = bench_smooth.parse_args(argv, __doc__, MODELS, grad=True)
+  batches = bench_smooth.start(args, "contacts on, each model's solver settings")
+  import mujoco  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(args.seed)
+  rows: list[tuple[str, str, dict[str, Any]]] = []
+  ratios: list[str] = []
+  for name in [n for n in args.models.split(",") if n]:
+    mj = _model(name)
+    print(f"\n{name}: nq={mj.nq} nv={mj.nv} ngeom={mj.ngeom} solver={mj.opt.solver} "
+          f"iterations={mj.opt.iterations} cone={mj.opt.cone}", flush=True)
+    md = mujoco.MjData(mj)
+    if mj.nkey:
+      mujoco.mj_resetDataKeyframe(mj, md, 0)
+    n = max(batches)
+    init = {"qpos": np.tile(md.qpos, (n, 1)), "qvel": 0.1 * rng.standard_normal((n, mj.nv))}
+    rows += bench_smooth.measure_model(name, mj, init, args, batches)
+    if args.grad:
+      ratios.append(_grad_rows(name, mj, init, args))
+  bench_smooth.print_tables(rows, batches)
+  if ratios:
+    print("\nreverse-mode gradient of the batched rollout (batch 64, or the largest given) over "
+          "the forward rollout, wall time")
+    print("\n".join(ratios))
+  return 0 if all(r["finite"] for _, _, r in rows) else 1
+
+
+def _grad_rows(name: str, mj: Any, init: dict[str, np.ndarray], args: argparse.Namespace) -> str:
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import flexor  # pylint: disable=import-outside-toplevel
+  from flexor.mjcf.from_mujoco import from_mujoco  # pylint: disable=import-outside-toplevel
+  b = min(64, len(init["qvel"]))
+  m = from_mujoco(mj, dtype=np.dtype(args.dtype))
+  d = flexor.make_data(m, (b,)).replace(**{k: jnp.asarray(v[:b], dtype=args.dtype)
+                                           for k, v in init.items()})
+  line = f"  {name}: flexor {_grad_ratio(flexor.step, m, d, args.steps, args.repeat):.1f}x"
+  if not args.no_mjx:
+    import jax  # pylint: disable=import-outside-toplevel
+    from mujoco import mjx  # pylint: disable=import-outside-toplevel
+    mm = mjx.put_model(mj)
+    d0 = mjx.make_data(mm)
+    dm = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,) + x.shape), d0)
+    dm = dm.replace(**{k: jnp.asarray(v[:b], dtype=args.dtype) for k, v in init.items()})
+    try:
+      line += f", MJX {_grad_ratio(mjx.step, mm, dm, args.steps, args.repeat):.1f}x"
+    except Exception as e:  # pylint: disable=broad-except
+      line += f", MJX failed ({type(e).__name__})"
+  return line
+
+
+if __name__ == "__main__":
+  sys.exit(main())

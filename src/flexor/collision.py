@@ -1,0 +1,122 @@
+"""Collision detection: contacts of the candidate geom pairs (MuJoCo's ``mj_collision``).
+
+The candidates are found at compile time (``flexor.mjcf.contact_pairs``), each with a static
+block of contact slots (``collision_conadr``, ``collision_connum``). Here every candidate runs
+its narrow phase (``flexor.collision_primitive``), one vectorised kernel per geom-type pair, so
+compile time grows with the number of type pairs, not of geom pairs. A slot whose contact the
+narrow phase does not produce has ``contact_exist`` False.
+
+Contact parameters follow ``mj_contactParam``: an explicit ``<pair>`` brings its own; otherwise
+the geom of higher priority decides, and at equal priority condim and friction are the maxima,
+solref and solimp are mixed by solmix (direct-form solref: the minima), margins and gaps add.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor import collision_primitive
+from flexor.types import Data, DisableBit, EnableBit, Model
+
+_MINMU = 1e-5  # mjMINMU: smallest friction coefficient
+
+
+def _mix(m: Model, g1: np.ndarray, g2: np.ndarray) -> dict[str, jax.Array]:
+  """Contact parameters of dynamic geom pairs (n,): friction (n, 5), solref, solimp."""
+  p1, p2 = m.geom_priority[g1], m.geom_priority[g2]
+  first, second = jnp.asarray(p1 > p2), jnp.asarray(p1 < p2)
+  s1, s2 = m.geom_solmix[g1], m.geom_solmix[g2]
+  small1, small2 = s1 < 1e-15, s2 < 1e-15
+  mix = jnp.where(small1 & small2, 0.5, jnp.where(small1, 0.0, jnp.where(
+      small2, 1.0, s1 / jnp.where(small1 | small2, 1.0, s1 + s2))))[:, None]
+  ref1, ref2 = m.geom_solref[g1], m.geom_solref[g2]
+  standard = (ref1[:, :1] > 0) & (ref2[:, :1] > 0)
+  solref = jnp.where(standard, mix * ref1 + (1 - mix) * ref2, jnp.minimum(ref1, ref2))
+  solimp = mix * m.geom_solimp[g1] + (1 - mix) * m.geom_solimp[g2]
+  fri = jnp.maximum(m.geom_friction[g1], m.geom_friction[g2])
+
+  def pick(own1, own2, mixed):
+    shape = (-1,) + (1,) * (mixed.ndim - 1)
+    return jnp.where(first.reshape(shape), own1, jnp.where(second.reshape(shape), own2, mixed))
+
+  solref = pick(ref1, ref2, solref)
+  solimp = pick(m.geom_solimp[g1], m.geom_solimp[g2], solimp)
+  fri = pick(m.geom_friction[g1], m.geom_friction[g2], fri)
+  friction = fri[:, np.array([0, 0, 1, 2, 2])]
+  return dict(friction=friction, solref=solref, solimp=solimp)
+
+
+def _pair_params(m: Model) -> dict[str, jax.Array]:
+  """Per-candidate contact parameters (ncollision, ...): margin, gap, friction, solref,
+  solreffriction, solimp."""
+  g1, g2 = m.collision_geom[:, 0], m.collision_geom[:, 1]
+  pairid = m.collision_pairid
+  explicit = pairid >= 0
+  pid = np.maximum(pairid, 0)
+  mixed = _mix(m, g1, g2)
+  dtype = m.geom_margin.dtype
+
+  def choose(pair_value, geom_value):
+    if not m.npair:
+      return geom_value
+    shape = (-1,) + (1,) * (geom_value.ndim - 1)
+    return jnp.where(jnp.asarray(explicit).reshape(shape), pair_value[pid], geom_value)
+
+  zeros2 = jnp.zeros((len(pairid), 2), dtype)
+  params = dict(
+      margin=choose(m.pair_margin, m.geom_margin[g1] + m.geom_margin[g2]),
+      gap=choose(m.pair_gap, m.geom_gap[g1] + m.geom_gap[g2]),
+      friction=choose(m.pair_friction, mixed["friction"]),
+      solref=choose(m.pair_solref, mixed["solref"]),
+      solreffriction=choose(m.pair_solreffriction, zeros2),
+      solimp=choose(m.pair_solimp, mixed["solimp"]))
+  if m.opt.enabled(EnableBit.OVERRIDE):
+    n = len(pairid)
+    params.update(margin=jnp.broadcast_to(m.opt.o_margin, (n,)),
+                  friction=jnp.broadcast_to(m.opt.o_friction, (n, 5)),
+                  solref=jnp.broadcast_to(m.opt.o_solref, (n, 2)),
+                  solreffriction=jnp.broadcast_to(m.opt.o_solref, (n, 2)),
+                  solimp=jnp.broadcast_to(m.opt.o_solimp, (n, 5)))
+  params["friction"] = jnp.maximum(_MINMU, params["friction"])
+  return params
+
+
+def collision(m: Model, d: Data) -> Data:
+  """Computes the contact_* fields and ncon (mj_collision), after kinematics."""
+  if not m.nconmax or m.opt.disabled(DisableBit.CONTACT) or m.opt.disabled(DisableBit.CONSTRAINT):
+    return d
+  with jax.named_scope("collision"):
+    dtype = d.qpos.dtype
+    n = m.nconmax
+    geom = m.collision_geom
+    types = m.geom_type[geom]
+    params = _pair_params(m)
+    dist = jnp.zeros(n, dtype)
+    pos = jnp.zeros((n, 3), dtype)
+    frame = jnp.zeros((n, 3, 3), dtype)
+    exist = jnp.zeros(n, bool)
+    for key in sorted({tuple(t) for t in types.tolist()}):
+      cands = np.flatnonzero((types[:, 0] == key[0]) & (types[:, 1] == key[1]))
+      collide = collision_primitive.COLLIDERS[key]
+      g1, g2 = geom[cands, 0], geom[cands, 1]
+      margin = params["margin"][cands] + params["gap"][cands]
+      c_dist, c_pos, c_frame, c_exist = jax.vmap(collide)(
+          d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
+          d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], margin)
+      k = c_dist.shape[1]
+      slots = (m.collision_conadr[cands][:, None] + np.arange(k)).reshape(-1)
+      dist = dist.at[slots].set(c_dist.reshape(-1))
+      pos = pos.at[slots].set(c_pos.reshape(-1, 3))
+      frame = frame.at[slots].set(c_frame.reshape(-1, 3, 3))
+      exist = exist.at[slots].set(c_exist.reshape(-1))
+    owner = np.repeat(np.arange(m.ncollision), m.collision_connum)
+    per_slot = {key: value[owner] for key, value in params.items()}
+    return d.replace(
+        ncon=jnp.sum(exist).astype(jnp.int32), contact_exist=exist, contact_dist=dist,
+        contact_pos=pos, contact_frame=frame, contact_includemargin=per_slot["margin"],
+        contact_friction=per_slot["friction"], contact_solref=per_slot["solref"],
+        contact_solreffriction=per_slot["solreffriction"], contact_solimp=per_slot["solimp"],
+        contact_dim=jnp.asarray(m.collision_dim[owner]),
+        contact_geom=jnp.asarray(geom[owner].reshape(-1, 2)))

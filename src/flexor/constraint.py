@@ -1,0 +1,454 @@
+"""Constraint rows: Jacobians, impedance and reference accelerations (MuJoCo's
+``engine_core_constraint.c``: ``mj_makeConstraint`` and ``mj_referenceConstraint``).
+
+Every row the model can activate has a static slot (``flexor.mjcf.constraint_rows``), in
+MuJoCo's order: equality, dof and tendon friction loss, joint and tendon limits, contacts.
+``make_constraint`` fills them all and marks the rows MuJoCo would instantiate in
+``efc_active``; inactive rows carry zeros and are ignored by the solver, so the active rows,
+read in order, are exactly MuJoCo's ``efc_*`` arrays.
+
+Soft-constraint model (per row): impedance ``imp`` in (0, 1) from ``solimp`` and the violation,
+regulariser ``R = (1 - imp) / imp * A_ii`` with MuJoCo's approximation of the diagonal of
+``A = J M^-1 J'`` from ``*_invweight0``, ``D = 1 / R``, and the reference acceleration
+``aref = -B v - K imp (pos - margin)`` from ``solref`` (time constant and damping ratio, or
+direct stiffness and damping when negative).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor import kinematics, math
+from flexor.types import ConstraintType, Data, DisableBit, EqType, JointType, Model, ObjType
+
+_MINIMP, _MAXIMP = 0.0001, 0.9999   # MuJoCo's mjMINIMP, mjMAXIMP
+
+
+@functools.cache
+def _kinds(rowtype_bytes: bytes, disableflags: int) -> dict[int, np.ndarray]:
+  """Row indices of each constraint type that the options leave enabled."""
+  rowtype = np.frombuffer(rowtype_bytes, dtype=np.int32)
+  disabled = {ConstraintType.EQUALITY: DisableBit.EQUALITY,
+              ConstraintType.FRICTION_DOF: DisableBit.FRICTIONLOSS,
+              ConstraintType.FRICTION_TENDON: DisableBit.FRICTIONLOSS,
+              ConstraintType.LIMIT_JOINT: DisableBit.LIMIT,
+              ConstraintType.LIMIT_TENDON: DisableBit.LIMIT,
+              ConstraintType.CONTACT_FRICTIONLESS: DisableBit.CONTACT,
+              ConstraintType.CONTACT_PYRAMIDAL: DisableBit.CONTACT,
+              ConstraintType.CONTACT_ELLIPTIC: DisableBit.CONTACT}
+  out = {}
+  for kind in ConstraintType:
+    rows = np.flatnonzero(rowtype == kind)
+    if disableflags & (DisableBit.CONSTRAINT | disabled[kind]):
+      rows = rows[:0]
+    out[int(kind)] = rows
+  return out
+
+
+def rows_of(m: Model, *kinds: ConstraintType) -> np.ndarray:
+  """Static indices of the enabled rows of the given constraint types, in row order."""
+  table = _kinds(m.efc_rowtype.astype(np.int32).tobytes(), m.opt.disableflags)
+  return np.sort(np.concatenate([table[int(k)] for k in kinds]))
+
+
+def _friction_rows(m: Model, d: Data, rows: np.ndarray):
+  """(J, pos, margin, frictionloss, active, solref, solimp, diag) of friction-loss rows."""
+  ids, dof = m.efc_rowid[rows], m.efc_rowtype[rows] == ConstraintType.FRICTION_DOF
+  eye = jnp.eye(m.nv, dtype=d.qpos.dtype)
+  jac = jnp.where(dof[:, None], eye[np.where(dof, ids, 0)],
+                  d.ten_J[np.where(dof, 0, ids)] if m.ntendon else 0.0)
+  floss = jnp.where(dof, m.dof_frictionloss[np.where(dof, ids, 0)] if m.nv else 0.0,
+                    m.tendon_frictionloss[np.where(dof, 0, ids)] if m.ntendon else 0.0)
+  pick = lambda a, b: jnp.where(dof[:, None], a[np.where(dof, ids, 0)],
+                                b[np.where(dof, 0, ids)] if m.ntendon else 0.0)
+  solref = pick(m.dof_solref, m.tendon_solref_fri)
+  solimp = pick(m.dof_solimp, m.tendon_solimp_fri)
+  diag = jnp.where(dof, m.dof_invweight0[np.where(dof, ids, 0)],
+                   m.tendon_invweight0[np.where(dof, 0, ids)] if m.ntendon else 0.0)
+  zero = jnp.zeros(len(rows), dtype=d.qpos.dtype)
+  active = floss > 0
+  return jac, zero, zero, floss, active, solref, solimp, diag
+
+
+def _joint_limit_rows(m: Model, d: Data, rows: np.ndarray):
+  """Rows of joint limits: hinge and slide (lower, upper) and ball (rotation angle)."""
+  jnt, side = m.efc_rowid[rows], np.where(m.efc_rowsub[rows] == 0, -1.0, 1.0)
+  dofadr, qadr = m.jnt_dofadr[jnt], m.jnt_qposadr[jnt]
+  ball = m.jnt_type[jnt] == JointType.BALL
+  q = d.qpos[qadr]
+  scalar_dist = side * (m.jnt_range[jnt, np.where(side < 0, 0, 1)] - q)
+  quat = math.quat_normalize(d.qpos[qadr[:, None] + np.arange(4)] if ball.any()
+                             else jnp.tile(jnp.array([1.0, 0, 0, 0], q.dtype), (len(rows), 1)))
+  axis_angle = math.quat_to_vel(quat)
+  angle = math.safe_norm(axis_angle)
+  axis = axis_angle / jnp.where(angle > 0, angle, 1.0)[:, None]
+  ball_dist = jnp.max(m.jnt_range[jnt], axis=-1) - angle
+  dist = jnp.where(ball, ball_dist, scalar_dist)
+  jac = jnp.zeros((len(rows), m.nv), dtype=q.dtype)
+  jac = jac.at[np.arange(len(rows)), dofadr].set(jnp.where(ball, -axis[:, 0], -side))
+  for k in (1, 2):
+    ball_rows = np.flatnonzero(ball)
+    jac = jac.at[ball_rows, dofadr[ball_rows] + k].set(-axis[ball_rows, k])
+  margin = m.jnt_margin[jnt]
+  active = dist < margin
+  diag = m.dof_invweight0[dofadr]
+  zero = jnp.zeros(len(rows), dtype=q.dtype)
+  return jac, dist, margin, zero, active, m.jnt_solref[jnt], m.jnt_solimp[jnt], diag
+
+
+def _tendon_limit_rows(m: Model, d: Data, rows: np.ndarray):
+  """Rows of tendon limits (lower, upper)."""
+  ten, side = m.efc_rowid[rows], np.where(m.efc_rowsub[rows] == 0, -1.0, 1.0)
+  dist = side * (m.tendon_range[ten, np.where(side < 0, 0, 1)] - d.ten_length[ten])
+  jac = -side[:, None] * d.ten_J[ten]
+  margin = m.tendon_margin[ten]
+  zero = jnp.zeros(len(rows), dtype=dist.dtype)
+  return (jac, dist, margin, zero, dist < margin, m.tendon_solref_lim[ten],
+          m.tendon_solimp_lim[ten], m.tendon_invweight0[ten])
+
+
+def _contact_rows(m: Model, d: Data, rows: np.ndarray):
+  """Rows of contacts: frictionless, pyramidal edges or elliptic components.
+
+  A pyramidal contact of dimension n has 2 (n - 1) rows, J_normal +- mu_k J_k for each friction
+  direction k; an elliptic one has n rows, the contact frame's components (the rotational
+  ones from the angular Jacobian).
+  """
+  slot, sub = m.efc_rowid[rows], m.efc_rowsub[rows]
+  kind = m.efc_rowtype[rows]
+  geom = m.collision_geom[np.repeat(np.arange(m.ncollision), m.collision_connum)]
+  dim = np.repeat(m.collision_dim, m.collision_connum)
+  body1, body2 = m.geom_bodyid[geom[:, 0]], m.geom_bodyid[geom[:, 1]]
+  used = np.unique(slot)
+  pos = d.contact_pos[used]
+  jacp1, jacr1 = kinematics.jac(m, d, pos, body1[used])
+  jacp2, jacr2 = kinematics.jac(m, d, pos, body2[used])
+  frame = d.contact_frame[used]                                    # (n, 3, 3)
+  jac_t = jnp.einsum("nij,nvj->niv", frame, jacp2 - jacp1)         # (n, 3, nv)
+  jac_r = jnp.einsum("nij,nvj->niv", frame, jacr2 - jacr1)
+  jac_frame = jnp.concatenate([jac_t, jac_r], axis=1)              # (n, 6, nv)
+  local = np.searchsorted(used, slot)
+  pyramid = kind == ConstraintType.CONTACT_PYRAMIDAL
+  elliptic = kind == ConstraintType.CONTACT_ELLIPTIC
+  edge = np.where(pyramid, sub // 2, 0)
+  sign = np.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0), 0.0)
+  friction = d.contact_friction[slot, edge]
+  jac = (jnp.where(elliptic[:, None], jac_frame[local, np.where(elliptic, sub, 0)],
+                   jac_frame[local, 0])
+         + (sign * friction)[:, None] * jac_frame[local, edge + 1])
+  normal = ~elliptic | (sub == 0)
+  dist = jnp.where(normal, d.contact_dist[slot], 0.0)
+  margin = jnp.where(normal, d.contact_includemargin[slot], 0.0)
+  active = d.contact_exist[slot] & (d.contact_dist[slot] < d.contact_includemargin[slot])
+  # MuJoCo's diagApprox: mean inverse weights of the two bodies; pyramid edges add mu^2 times
+  # the translational (tangent) or rotational (torsion, rolling) weight
+  tran = m.body_invweight0[body1[slot], 0] + m.body_invweight0[body2[slot], 0]
+  rot = m.body_invweight0[body1[slot], 1] + m.body_invweight0[body2[slot], 1]
+  diag = jnp.where(pyramid, tran + friction**2 * jnp.where(edge < 2, tran, rot),
+                   jnp.where(elliptic & (sub >= 3), rot, tran))
+  zero = jnp.zeros(len(rows), dtype=dist.dtype)
+  return (jac, dist, margin, zero, active, d.contact_solref[slot], d.contact_solimp[slot], diag)
+
+
+def _eq_anchors(m: Model, d: Data, eq: np.ndarray):
+  """World anchor points (n, 3) and bodies (n,) of connect and weld constraints
+  (mj_equalityAnchors): body semantics place eq_data's anchors on the bodies (a weld's anchor on
+  body 1 is data[3:6]), site semantics use the sites."""
+  site = m.eq_objtype[eq] == ObjType.SITE
+  obj1, obj2 = m.eq_obj1id[eq], m.eq_obj2id[eq]
+  weld = m.eq_type[eq] == EqType.WELD
+  data = m.eq_data[eq]
+  local1 = jnp.where(weld[:, None], data[:, 3:6], data[:, :3])
+  local2 = jnp.where(weld[:, None], data[:, :3], data[:, 3:6])
+  b1, b2 = np.where(site, m.site_bodyid[np.where(site, obj1, 0)] if m.nsite else 0, obj1), \
+      np.where(site, m.site_bodyid[np.where(site, obj2, 0)] if m.nsite else 0, obj2)
+  on_body = lambda b, local: d.xpos[b] + jnp.einsum("nij,nj->ni", d.xmat[b], local)
+  pos1, pos2 = on_body(b1, local1), on_body(b2, local2)
+  if m.nsite:
+    pos1 = jnp.where(site[:, None], d.site_xpos[np.where(site, obj1, 0)], pos1)
+    pos2 = jnp.where(site[:, None], d.site_xpos[np.where(site, obj2, 0)], pos2)
+  return pos1, pos2, b1, b2
+
+
+def _weld_quats(m: Model, d: Data, eq: np.ndarray, b1: np.ndarray, b2: np.ndarray):
+  """(frame0, rel, q1) of weld constraints, q0 = frame0 rel: with body semantics body 1's
+  orientation and relpose (eq_data[6:10]) and body 2's orientation; with site semantics the
+  two site frames and no relpose."""
+  site = (m.eq_objtype[eq] == ObjType.SITE)[:, None]
+  obj1, obj2 = m.eq_obj1id[eq], m.eq_obj2id[eq]
+  frame0, rel, q1 = d.xquat[b1], m.eq_data[eq, 6:10], d.xquat[b2]
+  if m.nsite:
+    s1, s2 = np.where(site[:, 0], obj1, 0), np.where(site[:, 0], obj2, 0)
+    frame0 = jnp.where(site, math.quat_mul(frame0, m.site_quat[s1]), frame0)
+    q1 = jnp.where(site, math.quat_mul(q1, m.site_quat[s2]), q1)
+    rel = jnp.where(site, jnp.array([1.0, 0, 0, 0], rel.dtype), rel)
+  return frame0, rel, q1
+
+
+def _quat_axis(q: jax.Array, axis: jax.Array) -> jax.Array:
+  """q * (0, axis) (mju_mulQuatAxis)."""
+  return math.quat_mul(q, jnp.concatenate([jnp.zeros_like(axis[..., :1]), axis], axis=-1))
+
+
+def _equality_rows(m: Model, d: Data, rows: np.ndarray):
+  """Rows of equality constraints: connect (3), weld (6), joint and tendon couplings (1).
+
+  connect and weld: position error pos1 - pos2 of the anchors with Jacobian J(body1, pos1) -
+  J(body2, pos2); a weld adds the orientation error, the vector part of conj(q1) q0 relpose
+  times torquescale, whose Jacobian is 0.5 vec(conj(q1) (0, Jrot_col) q0 relpose). joint and
+  tendon: q1 - ref1 - poly(q2 - ref2) with the polynomial eq_data[:5] (one object: q1 - ref1 -
+  data[0]), ref the value at qpos0.
+  """
+  eq, sub = m.efc_rowid[rows], m.efc_rowsub[rows]
+  n, dtype = len(rows), d.qpos.dtype
+  kind = m.eq_type[eq]
+  spatial = np.isin(kind, (EqType.CONNECT, EqType.WELD))
+  pos = jnp.zeros(n, dtype)
+  jac = jnp.zeros((n, m.nv), dtype)
+  diag = jnp.zeros(n, dtype)
+  if spatial.any():
+    idx = np.flatnonzero(spatial)
+    e = eq[idx]
+    pos1, pos2, b1, b2 = _eq_anchors(m, d, e)
+    jp1, jr1 = kinematics.jac(m, d, pos1, b1)
+    jp2, jr2 = kinematics.jac(m, d, pos2, b2)
+    k = sub[idx]
+    trans = k < 3
+    kk = np.minimum(k, 2)
+    err = jnp.take_along_axis(pos1 - pos2, kk[:, None], axis=1)[:, 0]
+    jt = jnp.take_along_axis(jp1 - jp2, kk[:, None, None], axis=2)[..., 0]
+    frame0, rel, q1 = _weld_quats(m, d, e, b1, b2)
+    q0 = math.quat_mul(frame0, rel)
+    neg1 = math.quat_conj(q1)
+    torquescale = m.eq_data[e, 10]
+    rot_err = math.quat_mul(neg1, q0)[:, 1:] * torquescale[:, None]
+    cols = _quat_axis(neg1[:, None, :], jr1 - jr2)                  # (n, nv, 4)
+    jrot = 0.5 * math.quat_mul(cols, q0[:, None, :])[..., 1:] * torquescale[:, None, None]
+    kr = np.clip(k - 3, 0, 2)
+    rerr = jnp.take_along_axis(rot_err, kr[:, None], axis=1)[:, 0]
+    jr = jnp.take_along_axis(jrot, kr[:, None, None], axis=2)[..., 0]
+    pos = pos.at[idx].set(jnp.where(trans, err, rerr))
+    jac = jac.at[idx].set(jnp.where(trans[:, None], jt, jr))
+    w = np.where(trans, 0, 1)
+    diag = diag.at[idx].set(m.body_invweight0[b1, w] + m.body_invweight0[b2, w])
+  for etype, value_of in ((EqType.JOINT, None), (EqType.TENDON, None)):
+    idx = np.flatnonzero(kind == etype)
+    if not idx.size:
+      continue
+    e = eq[idx]
+    o1, o2 = m.eq_obj1id[e], m.eq_obj2id[e]
+    two = o2 >= 0
+    o2s = np.where(two, o2, o1)
+    if etype == EqType.JOINT:
+      q = lambda o: d.qpos[m.jnt_qposadr[o]]
+      ref = lambda o: m.qpos0[m.jnt_qposadr[o]]
+      eye = jnp.eye(m.nv, dtype=dtype)
+      jrow = lambda o: eye[m.jnt_dofadr[o]]
+      weight = lambda o: m.dof_invweight0[m.jnt_dofadr[o]]
+    else:
+      q = lambda o: d.ten_length[o]
+      ref = lambda o: m.tendon_length0[o]
+      jrow = lambda o: d.ten_J[o]
+      weight = lambda o: m.tendon_invweight0[o]
+    data = m.eq_data[e]
+    dif = jnp.where(two, q(o2s) - ref(o2s), 0.0)
+    poly = data[:, 1] * dif + data[:, 2] * dif**2 + data[:, 3] * dif**3 + data[:, 4] * dif**4
+    deriv = data[:, 1] + 2 * data[:, 2] * dif + 3 * data[:, 3] * dif**2 + 4 * data[:, 4] * dif**3
+    err = q(o1) - ref(o1) - data[:, 0] - jnp.where(two, poly, 0.0)
+    j = jrow(o1) - jnp.where(two, deriv, 0.0)[:, None] * jrow(o2s)
+    pos, jac = pos.at[idx].set(err), jac.at[idx].set(j)
+    diag = diag.at[idx].set(weight(o1) + jnp.where(two, weight(o2s), 0.0))
+  zero = jnp.zeros(n, dtype)
+  active = jnp.ones(n, bool)
+  return jac, pos, zero, zero, active, m.eq_solref[eq], m.eq_solimp[eq], diag
+
+
+def jdot_correction(m: Model, d: Data) -> jax.Array:
+  """J-dot times qvel (njmax,) of connect and weld rows, which MuJoCo 4 subtracts from aref
+  (mj_Jdotv): the anchors' relative Jacobian-derivative term, and for welds the time
+  derivative of the orientation error's Jacobian applied to qvel."""
+  rows = rows_of(m, ConstraintType.EQUALITY)
+  eq, sub = m.efc_rowid[rows], m.efc_rowsub[rows]
+  spatial = np.isin(m.eq_type[eq], (EqType.CONNECT, EqType.WELD))
+  out = jnp.zeros(m.njmax, d.qpos.dtype)
+  if not spatial.any():
+    return out
+  idx = rows[spatial]
+  e, k = eq[spatial], sub[spatial]
+  pos1, pos2, b1, b2 = _eq_anchors(m, d, e)
+  _, acc1, ang1 = kinematics.point_jac_dot(m, d, pos1, b1)
+  _, acc2, ang2 = kinematics.point_jac_dot(m, d, pos2, b2)
+  trans = jnp.take_along_axis(acc1 - acc2, np.minimum(k, 2)[:, None], axis=1)[:, 0]
+  # weld rotation: d/dt of 0.5 conj(q1) (Jr0 - Jr1) v q0, by the product rule, with
+  # dq/dt = 0.5 (0, omega) q for world-frame angular velocities (mju_derivQuat)
+  frame0, rel, q1 = _weld_quats(m, d, e, b1, b2)
+  q0 = math.quat_mul(frame0, rel)
+  omega1, omega2 = d.cvel[b1, :3], d.cvel[b2, :3]
+  domega = omega1 - omega2
+  qdot = lambda q, w: 0.5 * math.quat_mul(jnp.concatenate([jnp.zeros_like(w[:, :1]), w], -1), q)
+  qdot0 = qdot(q0, omega1)
+  negqdot1 = math.quat_conj(qdot(q1, omega2))
+  neg1 = math.quat_conj(q1)
+  t1 = math.quat_mul(_quat_axis(negqdot1, domega), q0)
+  t2 = math.quat_mul(_quat_axis(neg1, ang1 - ang2), q0)
+  t3 = math.quat_mul(_quat_axis(neg1, domega), qdot0)
+  rot = 0.5 * (t1 + t2 + t3)[:, 1:] * m.eq_data[e, 10][:, None]
+  rot = jnp.take_along_axis(rot, np.clip(k - 3, 0, 2)[:, None], axis=1)[:, 0]
+  return out.at[idx].set(jnp.where(k < 3, trans, rot))
+
+
+_GROUPS = ((_equality_rows, (ConstraintType.EQUALITY,)),
+           (_friction_rows, (ConstraintType.FRICTION_DOF, ConstraintType.FRICTION_TENDON)),
+           (_joint_limit_rows, (ConstraintType.LIMIT_JOINT,)),
+           (_tendon_limit_rows, (ConstraintType.LIMIT_TENDON,)),
+           (_contact_rows, (ConstraintType.CONTACT_FRICTIONLESS, ConstraintType.CONTACT_PYRAMIDAL,
+                            ConstraintType.CONTACT_ELLIPTIC)))
+
+
+def _impedance(solimp: jax.Array, pos: jax.Array, margin: jax.Array) -> jax.Array:
+  """imp (n,): solimp's sigmoid of |pos - margin| / width (MuJoCo's getimpedance)."""
+  dmin, dmax, width, mid, power = (solimp[:, k] for k in range(5))
+  flat = (dmin == dmax) | (width <= math.MINVAL)
+  x = jnp.abs(pos - margin) / jnp.where(flat, 1.0, width)
+  inner = (x > 0) & (x < 1)
+  xs = jnp.where(inner, x, 0.5)
+  low = xs**power / mid**(power - 1)
+  high = 1 - (1 - xs)**power / (1 - mid)**(power - 1)
+  y = jnp.where(power == 1, xs, jnp.where(xs <= mid, low, high))
+  y = jnp.where(inner, y, jnp.where(x >= 1, 1.0, 0.0))
+  return jnp.where(flat, 0.5 * (dmin + dmax), dmin + y * (dmax - dmin))
+
+
+def _safe_ref(m: Model, solref: jax.Array) -> jax.Array:
+  """solref with time constants no shorter than two timesteps (unless REFSAFE is disabled)."""
+  if m.opt.disabled(DisableBit.REFSAFE):
+    return solref
+  tc = solref[:, 0]
+  return solref.at[:, 0].set(jnp.where(tc > 0, jnp.maximum(tc, 2 * m.opt.timestep), tc))
+
+
+def _sol_params(m: Model, solref: jax.Array, solreffriction: jax.Array, solimp: jax.Array):
+  """(solref, solreffriction, solimp) as getsolparam uses them: mixed-sign solref replaced by
+  the default and mixed-sign solreffriction by zero, time constants made safe, solimp clamped."""
+  mixed = lambda r: (r[:, :1] > 0) != (r[:, 1:] > 0)
+  solref = jnp.where(mixed(solref), jnp.array([0.02, 1.0], solref.dtype), solref)
+  solreffriction = jnp.where(mixed(solreffriction), 0.0, solreffriction)
+  clamp = lambda x: jnp.clip(x, _MINIMP, _MAXIMP)
+  solimp = jnp.stack([clamp(solimp[:, 0]), clamp(solimp[:, 1]), jnp.maximum(solimp[:, 2], 0.0),
+                      clamp(solimp[:, 3]), jnp.maximum(solimp[:, 4], 1.0)], axis=-1)
+  return _safe_ref(m, solref), _safe_ref(m, solreffriction), solimp
+
+
+def _stiffness(solref: jax.Array, dmax: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(K, B) of the reference acceleration from solref and the impedance's dmax."""
+  tc, ratio = solref[:, 0], solref[:, 1]
+  k = jnp.where(tc > 0, 1 / jnp.maximum(math.MINVAL, dmax * dmax * tc * tc * ratio * ratio),
+                -tc / jnp.maximum(math.MINVAL, dmax * dmax))
+  b = jnp.where(ratio > 0, 2 / jnp.maximum(math.MINVAL, dmax * tc),
+                -ratio / jnp.maximum(math.MINVAL, dmax))
+  return k, b
+
+
+def _first_rows(m: Model) -> np.ndarray:
+  """For each row, the first row of its block: a contact's rows share its normal row's
+  impedance (MuJoCo's getposdim); other rows are their own block."""
+  rows = np.arange(m.njmax)
+  contact = m.efc_rowtype >= ConstraintType.CONTACT_FRICTIONLESS
+  return np.where(contact, rows - m.efc_rowsub, rows)
+
+
+def _violation(m: Model, pos: jax.Array) -> jax.Array:
+  """The violation (njmax,) each row's impedance sees (getposdim): a contact's normal distance
+  for all its rows, the norm of the position error for all rows of a connect or weld."""
+  pos = pos[_first_rows(m)]
+  eq = np.flatnonzero(m.efc_rowtype == ConstraintType.EQUALITY)
+  spatial = eq[np.isin(m.eq_type[m.efc_rowid[eq]], (EqType.CONNECT, EqType.WELD))]
+  if not spatial.size:
+    return pos
+  block = spatial - m.efc_rowsub[spatial]
+  _, segment = np.unique(block, return_inverse=True)
+  sq = jax.ops.segment_sum(pos[spatial]**2, segment, num_segments=int(segment.max()) + 1)
+  return pos.at[spatial].set(math.safe_sqrt(sq)[segment])
+
+
+def _impedance_rows(m: Model, d: Data, pos: jax.Array, margin: jax.Array, diag: jax.Array,
+                    solref: jax.Array, solreffriction: jax.Array, solimp: jax.Array):
+  """(R (njmax,), KBIP (njmax, 4)) per row (mj_makeImpedance); KBIP = (K, B, imp, 0)."""
+  solref, solreffriction, solimp = _sol_params(m, solref, solreffriction, solimp)
+  first = _first_rows(m)
+  imp = _impedance(solimp, _violation(m, pos), margin[first])
+  R = jnp.maximum(math.MINVAL, (1 - imp) * diag / imp)
+  kind, sub, slot = m.efc_rowtype, m.efc_rowsub, m.efc_rowid
+  impratio = jnp.maximum(math.MINVAL, m.opt.impratio)
+  # frictional contacts: the friction rows' R follows the normal row's through impratio, and a
+  # pyramid's rows share one R matching the elliptic cone's friction impedance
+  pyramid = np.flatnonzero(kind == ConstraintType.CONTACT_PYRAMIDAL)
+  if len(pyramid):
+    mu0 = d.contact_friction[slot[pyramid], 0]
+    R = R.at[pyramid].set(2 * mu0 * mu0 * R[first[pyramid]] / impratio)
+  ell_friction = (kind == ConstraintType.CONTACT_ELLIPTIC) & (sub > 0)
+  elliptic = np.flatnonzero(ell_friction)
+  if len(elliptic):
+    fr = d.contact_friction[slot[elliptic]]
+    k = sub[elliptic]
+    scale = (fr[:, 0] / fr[np.arange(len(elliptic)), np.maximum(k - 1, 0)])**2
+    R = R.at[elliptic].set(R[first[elliptic]] / impratio * jnp.where(k == 1, 1.0, scale))
+  use_friction_ref = jnp.asarray(ell_friction) & jnp.any(solreffriction != 0, axis=-1)
+  K, B = _stiffness(jnp.where(use_friction_ref[:, None], solreffriction, solref), solimp[:, 1])
+  no_stiffness = ((kind == ConstraintType.FRICTION_DOF) | (kind == ConstraintType.FRICTION_TENDON)
+                  | ell_friction)
+  K = jnp.where(no_stiffness, 0.0, K)
+  return R, jnp.stack([K, B, imp, jnp.zeros_like(imp)], axis=-1)
+
+
+def _nonempty(m: Model, J: jax.Array) -> jax.Array:
+  """False for non-contact rows whose Jacobian is all zero (MuJoCo skips them)."""
+  contact = m.efc_rowtype >= ConstraintType.CONTACT_FRICTIONLESS
+  return jnp.asarray(contact) | jnp.any(J != 0, axis=-1)
+
+
+def make_constraint(m: Model, d: Data) -> Data:
+  """Computes the position-level constraint rows (mj_makeConstraint), after collision:
+  efc_J (njmax, nv), efc_pos, efc_margin, efc_frictionloss, efc_R, efc_D, efc_KBIP, efc_active,
+  efc_type, efc_id and nefc."""
+  with jax.named_scope("make_constraint"):
+    dtype, n = d.qpos.dtype, m.njmax
+    J = jnp.zeros((n, m.nv), dtype)
+    pos, margin, floss, diag = (jnp.zeros(n, dtype) for _ in range(4))
+    active = jnp.zeros(n, bool)
+    solref = jnp.tile(jnp.array([0.02, 1.0], dtype), (n, 1))
+    solreffriction = jnp.zeros((n, 2), dtype)
+    solimp = jnp.tile(jnp.array([0.9, 0.95, 0.001, 0.5, 2.0], dtype), (n, 1))
+    for build, kinds in _GROUPS:
+      rows = rows_of(m, *kinds)
+      if not len(rows):
+        continue
+      jac, p, mg, fl, act, ref, imp, dg = build(m, d, rows)
+      J, pos, margin = J.at[rows].set(jac), pos.at[rows].set(p), margin.at[rows].set(mg)
+      floss, diag, active = floss.at[rows].set(fl), diag.at[rows].set(dg), active.at[rows].set(act)
+      solref, solimp = solref.at[rows].set(ref), solimp.at[rows].set(imp)
+      if kinds[0] == ConstraintType.CONTACT_FRICTIONLESS:
+        solreffriction = solreffriction.at[rows].set(d.contact_solreffriction[m.efc_rowid[rows]])
+    active &= _nonempty(m, J)
+    R, kbip = _impedance_rows(m, d, pos, margin, diag, solref, solreffriction, solimp)
+    mask = lambda x: jnp.where(active, x, 0.0)
+    return d.replace(
+        efc_J=jnp.where(active[:, None], J, 0.0), efc_pos=mask(pos), efc_margin=mask(margin),
+        efc_frictionloss=mask(floss), efc_R=jnp.where(active, R, 1.0), efc_D=mask(1 / R),
+        efc_KBIP=jnp.where(active[:, None], kbip, 0.0), efc_active=active,
+        efc_type=jnp.asarray(m.efc_rowtype), efc_id=jnp.asarray(m.efc_rowid),
+        nefc=jnp.sum(active).astype(jnp.int32))
+
+
+def reference_constraint(m: Model, d: Data) -> Data:
+  """Computes efc_vel = J qvel and efc_aref = -B vel - K imp (pos - margin)
+  (mj_referenceConstraint)."""
+  with jax.named_scope("reference_constraint"):
+    vel = d.efc_J @ d.qvel
+    k, b, imp = d.efc_KBIP[:, 0], d.efc_KBIP[:, 1], d.efc_KBIP[:, 2]
+    aref = -b * vel - k * imp * (d.efc_pos - d.efc_margin) - jdot_correction(m, d)
+  return d.replace(efc_vel=vel, efc_aref=jnp.where(d.efc_active, aref, 0.0))

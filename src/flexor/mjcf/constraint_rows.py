@@ -1,0 +1,81 @@
+"""The static layout of contact slots and constraint rows (host side, numpy).
+
+MuJoCo instantiates constraint rows anew at every step, only for what is active. Under ``jit``
+shapes are fixed, so flexor allocates a row for everything that *can* become active, once, in
+MuJoCo's order (equality, friction loss, limits, contacts), and the simulation marks the active
+ones (``Data.efc_active``). Which elements can produce rows is known from the model's structure,
+with one exception decided from compile-time values: a dof or tendon gets a friction-loss row
+only if its ``frictionloss`` is positive here (as MuJoCo, which skips zero friction loss).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from flexor.mjcf import contact_pairs
+from flexor.types import ConeType, ConstraintType, EqType, JointType
+
+def contact_dims(f: dict[str, Any]) -> np.ndarray:
+  """condim of each candidate pair (ncollision,): the pair's own, else as mj_contactParam."""
+  geom = np.asarray(f["collision_geom"], dtype=np.int64).reshape(-1, 2)
+  pairid = np.asarray(f["collision_pairid"], dtype=np.int64)
+  condim, priority = np.asarray(f["geom_condim"]), np.asarray(f["geom_priority"])
+  c1, c2 = condim[geom[:, 0]], condim[geom[:, 1]]
+  p1, p2 = priority[geom[:, 0]], priority[geom[:, 1]]
+  mixed = np.where(p1 > p2, c1, np.where(p1 < p2, c2, np.maximum(c1, c2)))
+  pair_dim = np.asarray(f["pair_dim"])
+  return np.where(pairid >= 0, pair_dim[np.maximum(pairid, 0)] if len(pair_dim) else 0,
+                  mixed).astype(np.int32)
+
+
+def contact_rows(dim: int, cone: int) -> int:
+  """Constraint rows of one contact with ``dim`` dimensions."""
+  if dim == 1:
+    return 1
+  return 2 * (dim - 1) if cone == ConeType.PYRAMIDAL else dim
+
+
+def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
+  """The contact slot and constraint row tables of Model (see its field comments) and njmax.
+
+  Args:
+    f: mjModel-named arrays of the model, with the candidate tables of ``contact_pairs``.
+    opt: the model's Option (its cone decides the rows of a frictional contact).
+  """
+  geom = np.asarray(f["collision_geom"], dtype=np.int64).reshape(-1, 2)
+  geom_type = np.asarray(f["geom_type"])
+  connum = np.array([contact_pairs.max_contacts(geom_type[a], geom_type[b]) for a, b in geom],
+                    dtype=np.int32)
+  conadr = (np.cumsum(connum) - connum).astype(np.int32)
+  dims = contact_dims(f)
+
+  rows: list[tuple[int, int, int]] = []
+  eq_size = {EqType.CONNECT: 3, EqType.WELD: 6, EqType.JOINT: 1, EqType.TENDON: 1}
+  for i, (kind, active) in enumerate(zip(f["eq_type"], f["eq_active0"])):
+    if active and kind in eq_size:
+      rows += [(ConstraintType.EQUALITY, i, k) for k in range(eq_size[kind])]
+  for i in np.flatnonzero(np.asarray(f["dof_frictionloss"]) > 0):
+    rows.append((ConstraintType.FRICTION_DOF, i, 0))
+  for i in np.flatnonzero(np.asarray(f["tendon_frictionloss"]) > 0):
+    rows.append((ConstraintType.FRICTION_TENDON, i, 0))
+  for i in np.flatnonzero(np.asarray(f["jnt_limited"])):
+    kind = f["jnt_type"][i]
+    if kind in (JointType.HINGE, JointType.SLIDE):
+      rows += [(ConstraintType.LIMIT_JOINT, i, 0), (ConstraintType.LIMIT_JOINT, i, 1)]
+    elif kind == JointType.BALL:
+      rows.append((ConstraintType.LIMIT_JOINT, i, 0))
+  for i in np.flatnonzero(np.asarray(f["tendon_limited"])):
+    rows += [(ConstraintType.LIMIT_TENDON, i, 0), (ConstraintType.LIMIT_TENDON, i, 1)]
+  for c in range(len(geom)):
+    dim = int(dims[c])
+    kind = (ConstraintType.CONTACT_FRICTIONLESS if dim == 1 else
+            ConstraintType.CONTACT_PYRAMIDAL if opt.cone == ConeType.PYRAMIDAL else
+            ConstraintType.CONTACT_ELLIPTIC)
+    for slot in range(conadr[c], conadr[c] + connum[c]):
+      rows += [(kind, slot, k) for k in range(contact_rows(dim, opt.cone))]
+  table = np.array(rows, dtype=np.int32).reshape(-1, 3)
+  return dict(collision_dim=dims, collision_conadr=conadr, collision_connum=connum,
+              nconmax=int(connum.sum()), njmax=len(table), efc_rowtype=table[:, 0],
+              efc_rowid=table[:, 1], efc_rowsub=table[:, 2])

@@ -1,0 +1,314 @@
+"""The constraint solver: MuJoCo's convex primal problem, solved by Newton's method
+(``engine_solver.c``), and differentiated implicitly.
+
+The constrained acceleration minimises
+
+    cost(qacc) = 1/2 (qacc - qacc_smooth)' M (qacc - qacc_smooth) + s(J qacc - aref)
+
+where s sums, over the active rows, MuJoCo's soft-constraint costs of ``jar = J qacc - aref``
+(``mj_constraintUpdate``): quadratic for equality rows, Huber-like for friction loss, one-sided
+quadratic for limits, frictionless contacts and pyramid edges, and the three-zone cone cost of
+elliptic contacts. The constraint force is ``efc_force = -ds/djar``.
+
+Newton: the Hessian ``M + J' H_s J`` is factored (a dense Cholesky of nv x nv per world) and
+the step is followed by an exact line search on the convex, piecewise-smooth 1-D cost, whose
+first and second derivatives are cheap given ``J search``. Both loops are ``lax.while_loop``
+with early exit at MuJoCo's tolerances.
+
+Derivatives: the solution is the root of the cost's gradient, so its tangent solves the
+linearised optimality condition ``H dqacc = -d(gradient)/dp dp`` with the Hessian at the
+solution (a ``custom_jvp``). The iterations are never differentiated: forward and reverse mode
+work at any iteration count, and reverse mode's memory does not grow with it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor import math
+from flexor.constraint import rows_of
+from flexor.types import ConstraintState, ConstraintType, Data, DisableBit, Model
+
+
+class _Rows(NamedTuple):
+  """Static row classes of a model (numpy), from its row layout."""
+
+  quadratic: np.ndarray   # (njmax,) bool: equality rows
+  friction: np.ndarray    # (njmax,) bool: dof and tendon friction loss
+  in_cone: np.ndarray     # (njmax,) bool: rows of elliptic contacts
+  cone: np.ndarray        # (ncone, 6) row indices of each elliptic contact, padded with its first
+  cone_mask: np.ndarray   # (ncone, 6) bool: the contact's dimensions
+
+
+class _Problem(NamedTuple):
+  """One world's constraint problem (traced)."""
+
+  M: jax.Array              # (nv, nv)
+  qfrc_smooth: jax.Array    # (nv,)
+  qacc_smooth: jax.Array    # (nv,)
+  J: jax.Array              # (njmax, nv)
+  aref: jax.Array           # (njmax,)
+  D: jax.Array              # (njmax,) 0 on inactive rows
+  R: jax.Array              # (njmax,)
+  floss: jax.Array          # (njmax,)
+  cone_friction: jax.Array  # (ncone, 5) friction of each elliptic contact
+
+
+class _Update(NamedTuple):
+  """The constraint cost's value, force and curvature at some jar."""
+
+  cost: jax.Array     # ()
+  force: jax.Array    # (njmax,) -ds/djar
+  hdiag: jax.Array    # (njmax,) d2s/djar2 of rows outside elliptic cones
+  hcone: jax.Array    # (ncone, 6, 6) d2s/djar2 of each elliptic contact's block
+  cone_state: jax.Array  # (ncone,) ConstraintState of each elliptic contact
+
+
+def _row_classes(m: Model) -> _Rows:
+  quadratic = np.zeros(m.njmax, bool)
+  quadratic[rows_of(m, ConstraintType.EQUALITY)] = True
+  friction = np.zeros(m.njmax, bool)
+  friction[rows_of(m, ConstraintType.FRICTION_DOF, ConstraintType.FRICTION_TENDON)] = True
+  ell = rows_of(m, ConstraintType.CONTACT_ELLIPTIC)
+  first = ell[m.efc_rowsub[ell] == 0]
+  dims = np.array([np.count_nonzero(m.efc_rowid[ell] == m.efc_rowid[f]) for f in first], int)
+  mask = (np.arange(6) < dims[:, None]).reshape(-1, 6)
+  cone = np.where(mask, first[:, None] + np.arange(6), first[:, None]).reshape(-1, 6)
+  in_cone = np.zeros(m.njmax, bool)
+  in_cone[ell] = True
+  return _Rows(quadratic, friction, in_cone, cone, mask)
+
+
+def _cone_update(jar: jax.Array, D: jax.Array, R: jax.Array, friction: jax.Array,
+                 mask: jax.Array):
+  """Cost, force (6,) and Hessian (6, 6) of one elliptic contact; jar, D, R (6,) padded.
+
+  In the scaled space U = (mu jar_0, friction_k jar_k), N = U_0, T = |U_1:|, with the
+  regularised cone's mu = friction_0 sqrt(R_1 / R_0): zero in the top zone (N >= mu T),
+  quadratic 1/2 D jar^2 in the bottom zone (mu N + T <= 0), and 1/2 Dm (N - mu T)^2 with
+  Dm = D_0 / (mu^2 (1 + mu^2)) in between (MuJoCo's mj_constraintUpdate and its cone Hessian).
+  """
+  active = D[0] > 0
+  mu = jnp.where(active, friction[0] * jnp.sqrt(R[1] / R[0]), 1.0)
+  scale = jnp.where(mask, jnp.concatenate([mu[None], friction]), 0.0)    # d U / d jar
+  u = jar * scale
+  n = u[0]
+  t = math.safe_norm(u[1:])
+  top = (n >= mu * t) | ((t <= 0) & (n >= 0))
+  bottom = ~top & ((mu * n + t <= 0) | ((t <= 0) & (n < 0)))
+  middle = ~top & ~bottom
+  dm = D[0] / (mu * mu * (1 + mu * mu))
+  nmt = n - mu * t
+  safe_t = jnp.where(middle, t, 1.0)
+  # middle zone, in U space: gradient dm nmt (1, -mu U_1:/T); Hessian dm times
+  # [[1, -mu U'/T], [-mu U/T, mu N/T^3 U U' + (mu^2 - mu N/T) I]]
+  dir_t = u[1:] / safe_t
+  grad_u = dm * nmt * jnp.concatenate([jnp.ones(1, jar.dtype), -mu * dir_t])
+  h_tt = (mu * n / safe_t) * (jnp.outer(dir_t, dir_t) - jnp.eye(5, dtype=jar.dtype)) + mu * mu * jnp.eye(5, dtype=jar.dtype)
+  h_u = dm * jnp.block([[jnp.ones((1, 1), jar.dtype), -mu * dir_t[None, :]],
+                        [-mu * dir_t[:, None], h_tt]])
+  quad = jnp.where(mask, D, 0.0)
+  cost = jnp.where(top, 0.0, jnp.where(bottom, 0.5 * jnp.sum(quad * jar * jar), 0.5 * dm * nmt**2))
+  force = jnp.where(top, 0.0, jnp.where(bottom, -quad * jar, -scale * grad_u))
+  hess = jnp.where(top, 0.0, jnp.where(bottom, jnp.diag(quad), scale[:, None] * h_u * scale[None, :]))
+  zone = jnp.where(top, ConstraintState.SATISFIED,
+                   jnp.where(bottom, ConstraintState.QUADRATIC, ConstraintState.CONE))
+  return cost, force, hess, zone
+
+
+def _update(rows: _Rows, p: _Problem, jar: jax.Array) -> _Update:
+  """Cost, force and curvature of the constraint cost at jar (mj_constraintUpdate)."""
+  quad_cost = 0.5 * p.D * jar * jar
+  rf = p.R * p.floss
+  neg, pos = jar <= -rf, jar >= rf
+  friction_cost = jnp.where(neg, -0.5 * rf * p.floss - p.floss * jar,
+                            jnp.where(pos, -0.5 * rf * p.floss + p.floss * jar, quad_cost))
+  friction_force = jnp.where(neg, p.floss, jnp.where(pos, -p.floss, -p.D * jar))
+  satisfied = jar >= 0
+  cost = jnp.where(rows.quadratic, quad_cost, jnp.where(
+      rows.friction, friction_cost, jnp.where(satisfied, 0.0, quad_cost)))
+  force = jnp.where(rows.quadratic, -p.D * jar, jnp.where(
+      rows.friction, friction_force, jnp.where(satisfied, 0.0, -p.D * jar)))
+  hdiag = jnp.where(rows.quadratic, p.D, jnp.where(
+      rows.friction, jnp.where(neg | pos, 0.0, p.D), jnp.where(satisfied, 0.0, p.D)))
+  cost = jnp.sum(jnp.where(rows.in_cone, 0.0, cost))
+  force = jnp.where(rows.in_cone, 0.0, force)
+  hdiag = jnp.where(rows.in_cone, 0.0, hdiag)
+  hcone = jnp.zeros((len(rows.cone), 6, 6), jar.dtype)
+  cone_state = jnp.zeros(len(rows.cone), jnp.int32)
+  if len(rows.cone):
+    idx = rows.cone
+    c_cost, c_force, hcone, cone_state = jax.vmap(_cone_update)(jar[idx], p.D[idx], p.R[idx],
+                                                     p.cone_friction, rows.cone_mask)
+    cost = cost + jnp.sum(c_cost)
+    force = force.at[idx[rows.cone_mask]].set(c_force[rows.cone_mask])
+  return _Update(cost, force, hdiag, hcone, cone_state)
+
+
+def _hessian(rows: _Rows, p: _Problem, u: _Update) -> jax.Array:
+  """The cost's Hessian M + J' H_s J (nv, nv)."""
+  H = p.M + (p.J.T * u.hdiag[None, :]) @ p.J
+  if len(rows.cone):
+    Jc = p.J[rows.cone] * rows.cone_mask[..., None]                          # (ncone, 6, nv)
+    H = H + jnp.einsum("cin,cij,cjm->nm", Jc, u.hcone, Jc)
+  return H
+
+
+def _gradient(rows: _Rows, p: _Problem, qacc: jax.Array) -> jax.Array:
+  """d cost / d qacc = M qacc - qfrc_smooth - J' efc_force (nv,)."""
+  u = _update(rows, p, p.J @ qacc - p.aref)
+  return p.M @ qacc - p.qfrc_smooth - p.J.T @ u.force
+
+
+def _cost(rows: _Rows, p: _Problem, qacc: jax.Array) -> jax.Array:
+  dq = qacc - p.qacc_smooth
+  return 0.5 * dq @ p.M @ dq + _update(rows, p, p.J @ qacc - p.aref).cost
+
+
+def _line_search(rows: _Rows, p: _Problem, qacc: jax.Array, search: jax.Array,
+                 ls_iterations: int) -> jax.Array:
+  """The step alpha >= 0 minimising cost(qacc + alpha search): safeguarded Newton on the
+  derivative of the convex 1-D cost, keeping a bracket of the minimum."""
+  jar0, jv = p.J @ qacc - p.aref, p.J @ search
+  lin = search @ (p.M @ (qacc - p.qacc_smooth))
+  quad = search @ (p.M @ search)
+  jv_cone = jv[rows.cone] * rows.cone_mask
+
+  def derivs(alpha):
+    u = _update(rows, p, jar0 + alpha * jv)
+    d1 = lin + alpha * quad - jv @ u.force
+    d2 = quad + jnp.sum(u.hdiag * jv * jv) + jnp.einsum("ci,cij,cj->", jv_cone, u.hcone, jv_cone)
+    return d1, d2
+
+  zero = jnp.zeros((), qacc.dtype)
+  g0, h0 = derivs(zero)
+  gtol = 1e-12 * jnp.abs(g0)
+
+  def cond(state):
+    it, _, g, _, _, _ = state
+    return (it < ls_iterations) & (jnp.abs(g) > gtol)
+
+  def body(state):
+    it, alpha, g, h, lo, hi = state
+    trial = alpha - g / h
+    bracketed = jnp.isfinite(hi)
+    outside = (trial <= lo) | (trial >= hi)
+    trial = jnp.where(outside, jnp.where(bracketed, 0.5 * (lo + hi), 2 * trial), trial)
+    g_new, h_new = derivs(trial)
+    lo = jnp.where(g_new < 0, trial, lo)
+    hi = jnp.where(g_new >= 0, trial, hi)
+    return it + 1, trial, g_new, h_new, lo, hi
+
+  state = (0, zero, g0, h0, zero, jnp.full((), jnp.inf, qacc.dtype))
+  return jax.lax.while_loop(cond, body, state)[1]
+
+
+def _newton(rows: _Rows, p: _Problem, qacc0: jax.Array, tolerance: jax.Array,
+            scale: jax.Array, iterations: int, ls_iterations: int) -> jax.Array:
+  """Newton's method from qacc0, stopping as MuJoCo on a small scaled improvement or gradient."""
+
+  def cond(state):
+    it, _, _, done = state
+    return (it < iterations) & ~done
+
+  def body(state):
+    it, qacc, cost, _ = state
+    u = _update(rows, p, p.J @ qacc - p.aref)
+    grad = p.M @ qacc - p.qfrc_smooth - p.J.T @ u.force
+    factor = jax.scipy.linalg.cho_factor(_hessian(rows, p, u), lower=True)
+    search = -jax.scipy.linalg.cho_solve(factor, grad)
+    alpha = _line_search(rows, p, qacc, search, ls_iterations)
+    new = qacc + alpha * search
+    new_cost = _cost(rows, p, new)
+    new_grad = _gradient(rows, p, new)
+    done = ((scale * (cost - new_cost) < tolerance)
+            | (scale * jnp.linalg.norm(new_grad) < tolerance) | (alpha == 0))
+    return it + 1, new, new_cost, done
+
+  done0 = scale * jnp.linalg.norm(_gradient(rows, p, qacc0)) < tolerance
+  return jax.lax.while_loop(cond, body, (0, qacc0, _cost(rows, p, qacc0), done0))[1]
+
+
+class _Config:
+  """What the solve needs besides the traced problem: static, compared by identity."""
+
+  def __init__(self, rows: _Rows, iterations: int, ls_iterations: int):
+    self.rows, self.iterations, self.ls_iterations = rows, iterations, ls_iterations
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _optimum(config: _Config, problem: _Problem, start: jax.Array, tolerance: jax.Array,
+             scale: jax.Array) -> jax.Array:
+  """The minimiser qacc (nv,) of ``problem``, found by Newton from ``start``."""
+  return _newton(config.rows, problem, start, tolerance, scale, config.iterations,
+                 config.ls_iterations)
+
+
+@_optimum.defjvp
+def _optimum_jvp(config: _Config, primals: tuple, tangents: tuple):
+  """Implicit tangent: H dqacc = -(d gradient / d problem) dproblem at the optimum; the start and
+  the stopping rule do not move the optimum."""
+  problem, start, tolerance, scale = primals
+  qacc = _optimum(config, problem, start, tolerance, scale)
+  u = _update(config.rows, problem, problem.J @ qacc - problem.aref)
+  factor = jax.scipy.linalg.cho_factor(_hessian(config.rows, problem, u), lower=True)
+  _, dgrad = jax.jvp(lambda q: _gradient(config.rows, q, qacc), (problem,), (tangents[0],))
+  return qacc, -jax.scipy.linalg.cho_solve(factor, dgrad)
+
+
+def _problem(m: Model, d: Data, rows: _Rows) -> _Problem:
+  friction = d.contact_friction[m.efc_rowid[rows.cone[:, 0]]]
+  return _Problem(d.qM, d.qfrc_smooth, d.qacc_smooth, d.efc_J, d.efc_aref, d.efc_D, d.efc_R,
+                  d.efc_frictionloss, friction)
+
+
+def solve(m: Model, d: Data) -> Data:
+  """Computes qacc, efc_force, efc_state and qfrc_constraint (mj_fwdConstraint) with Newton's
+  method, whatever opt.solver says: CG and PGS solve the same convex problem."""
+  with jax.named_scope("solve"):
+    rows = _row_classes(m)
+    p = _problem(m, d, rows)
+    tolerance = jax.lax.stop_gradient(m.opt.tolerance)
+    scale = jax.lax.stop_gradient(1 / (m.stat_meaninertia * max(1, m.nv)))
+    start = p.qacc_smooth
+    if not m.opt.disabled(DisableBit.WARMSTART):
+      warm = d.qacc_warmstart
+      start = jnp.where(_cost(rows, p, warm) < _cost(rows, p, start), warm, start)
+    start = jax.lax.stop_gradient(start)
+
+    config = _Config(rows, m.opt.iterations, m.opt.ls_iterations)
+    qacc = _optimum(config, p, start, tolerance, scale)
+    u = _update(rows, p, p.J @ qacc - p.aref)
+    force = jnp.where(d.efc_active, u.force, 0.0)
+    state = _state(rows, p, p.J @ qacc - p.aref, u, d.efc_active)
+    return d.replace(qacc=qacc, efc_force=force, efc_state=state, qfrc_constraint=p.J.T @ force)
+
+
+def constraint_force(m: Model, d: Data, qacc: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(efc_force (njmax,), efc_state (njmax,)) at a given qacc, as mj_inverse's
+  mj_invConstraint: no solve, the forces the constraint model assigns to that acceleration."""
+  rows = _row_classes(m)
+  p = _problem(m, d, rows)
+  jar = p.J @ qacc - p.aref
+  u = _update(rows, p, jar)
+  return jnp.where(d.efc_active, u.force, 0.0), _state(rows, p, jar, u, d.efc_active)
+
+
+def _state(rows: _Rows, p: _Problem, jar: jax.Array, u: _Update, active: jax.Array) -> jax.Array:
+  """efc_state (njmax,) int: mjtConstraintState of each row."""
+  rf = p.R * p.floss
+  friction = jnp.where(jar <= -rf, ConstraintState.LINEARNEG,
+                       jnp.where(jar >= rf, ConstraintState.LINEARPOS, ConstraintState.QUADRATIC))
+  one_sided = jnp.where(jar >= 0, ConstraintState.SATISFIED, ConstraintState.QUADRATIC)
+  state = jnp.where(rows.quadratic, ConstraintState.QUADRATIC,
+                    jnp.where(rows.friction, friction, one_sided))
+  if len(rows.cone):
+    idx = rows.cone
+    state = state.at[idx[rows.cone_mask]].set(
+        jnp.broadcast_to(u.cone_state[:, None], idx.shape)[rows.cone_mask])
+  return jnp.where(active, state, ConstraintState.SATISFIED).astype(jnp.int32)

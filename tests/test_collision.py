@@ -1,0 +1,290 @@
+"""Contacts end to end against MuJoCo C: collision (contact list), contact rows, the solver, and
+gradients through rollouts in contact.
+
+The narrow-phase functions themselves are tested pair by pair in test_collision_primitive.py;
+here whole scenes and the dm_control and gymnasium models run through ``forward``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import flexor
+
+import support
+from support import relerr
+
+jax.config.update("jax_enable_x64", True)
+
+# Contact geometry is closed-form (1e-9); forces and accelerations come from two solvers run to a
+# tight tolerance: pyramidal and limit costs are piecewise quadratic (Newton is exact, 1e-9),
+# the elliptic cone is not and MuJoCo stops earlier there (its gradient 1e-5..1e-8 at exit).
+GEOM_TOL = 1e-9
+SOLVE_TOL = {"pyramidal": 1e-9, "elliptic": 1e-6}
+
+SCENE = """
+<mujoco>
+  <option timestep="0.005" cone="{cone}"/>
+  <default><geom condim="{condim}" margin="{margin}" gap="{gap}"/></default>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 0.1" priority="1" friction="0.8 0.01 0.001"
+          solmix="2" contype="3" conaffinity="3"/>
+    <body pos="0 0 0.2"><freejoint/>
+      <geom name="ball" type="sphere" size="0.1" friction="1.2 0.02 0.002"/></body>
+    <body pos="0.3 0 0.2"><freejoint/><geom type="capsule" size="0.05 0.1" solref="0.01 0.7"/></body>
+    <body pos="0.6 0 0.2"><freejoint/>
+      <geom type="box" size="0.1 0.08 0.06" solimp="0.8 0.9 0.002 0.4 3"/></body>
+    <body pos="0.9 0 0.2"><freejoint/>
+      <geom type="cylinder" size="0.07 0.05" contype="2" conaffinity="2"/></body>
+    <body pos="0.6 0.1 0.35"><freejoint/><geom type="box" size="0.08 0.08 0.05"/></body>
+    <body pos="0.1 0.2 0.3"><freejoint/><geom type="sphere" size="0.08"/></body>
+  </worldbody>
+  <contact>
+    <pair geom1="floor" geom2="{pair_geom}" condim="1" friction="0.5 0.5 0.01 0.01 0.01"
+          solref="-2000 -30" margin="0.01"/>
+  </contact>
+</mujoco>
+"""
+
+CONTACT_FIELDS = ("dist", "pos", "frame", "includemargin", "friction", "solref", "solimp", "dim")
+EFC_FIELDS = ("efc_J", "efc_pos", "efc_margin", "efc_D", "efc_R", "efc_aref")
+SOLVE_FIELDS = ("efc_force", "qacc", "qfrc_constraint")
+
+
+def _scene_xml(cone: str, condim: int, margin: float = 0.0, gap: float = 0.0) -> str:
+  return SCENE.format(cone=cone, condim=condim, margin=margin, gap=gap, pair_geom="ball")
+
+
+def _scene_states(mj: mujoco.MjModel, n: int, seed: int = 0):
+  """n (qpos, qvel) with every free body near or in the floor, random orientations."""
+  rng = np.random.default_rng(seed)
+  states = []
+  for _ in range(n):
+    qpos = mj.qpos0.copy()
+    for b in range(mj.njnt):
+      a = mj.jnt_qposadr[b]
+      qpos[a:a + 2] += rng.normal(size=2) * 0.05
+      qpos[a + 2] = rng.uniform(0.0, 0.15)
+      q = rng.normal(size=4)
+      qpos[a + 3:a + 7] = q / np.linalg.norm(q)
+    states.append((qpos, rng.normal(size=mj.nv) * 0.5))
+  return states
+
+
+def _compare(m, mj, states, solve_tol: float, what: str):
+  """Runs both engines at the states; asserts contacts, rows and the solution agree."""
+  d = flexor.make_data(m, (len(states),))
+  d = d.replace(qpos=jnp.asarray(np.stack([s[0] for s in states])),
+                qvel=jnp.asarray(np.stack([s[1] for s in states])))
+  d = jax.jit(jax.vmap(flexor.forward, in_axes=(None, 0)))(m, d)
+  md = mujoco.MjData(mj)
+  for i, (qpos, qvel) in enumerate(states):
+    md.qpos[:], md.qvel[:] = qpos, qvel
+    md.qacc_warmstart[:] = 0
+    mujoco.mj_forward(mj, md)
+    exist = np.asarray(d.contact_exist[i])
+    where = f"{what} state {i}"
+    assert exist.sum() == md.ncon, f"{where}: ncon"
+    np.testing.assert_array_equal(np.asarray(d.contact_geom[i])[exist], md.contact.geom, where)
+    for field in CONTACT_FIELDS:
+      ours = np.asarray(getattr(d, f"contact_{field}")[i])[exist]
+      theirs = np.asarray(getattr(md.contact, field)).reshape(ours.shape)
+      assert relerr(ours, theirs) < GEOM_TOL, f"{where}: contact {field}"
+    active = np.asarray(d.efc_active[i])
+    assert active.sum() == md.nefc, f"{where}: nefc"
+    for field in EFC_FIELDS + SOLVE_FIELDS:
+      ours = np.asarray(getattr(d, field)[i])
+      theirs = np.asarray(getattr(md, field))
+      if field.startswith("efc_"):
+        ours, theirs = ours[active], theirs.reshape(-1, *ours.shape[1:])
+      tol = solve_tol if field in SOLVE_FIELDS else GEOM_TOL
+      assert relerr(ours, theirs) < tol, f"{where}: {field} {relerr(ours, theirs):.1e}"
+  return d
+
+
+def _scene_case(cone: str, condim: int, margin: float = 0.0, gap: float = 0.0):
+  xml = _scene_xml(cone, condim, margin, gap)
+  mj = mujoco.MjModel.from_xml_string(xml)
+  mj.opt.tolerance = 1e-13
+  m = flexor.load_mjcf_string(xml)
+  m = m.replace(opt=m.opt.replace(tolerance=jnp.asarray(1e-13)))
+  d = _compare(m, mj, _scene_states(mj, 6), SOLVE_TOL[cone], f"{cone} condim {condim}")
+  assert int(jnp.max(d.ncon)) > 4, "the scene must be in contact"
+
+
+@pytest.mark.parametrize("cone,condim,margin,gap", [
+    ("pyramidal", 3, 0.0, 0.0), ("elliptic", 6, 0.02, 0.01)])
+def test_scene_matches_mujoco(cone, condim, margin, gap):
+  _scene_case(cone, condim, margin, gap)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+@pytest.mark.parametrize("condim", [1, 3, 4, 6])
+def test_scene_matches_mujoco_every_condim(cone, condim):
+  _scene_case(cone, condim, 0.01, 0.005)
+
+
+def _model_states(mj: mujoco.MjModel, nstep: int, every: int, seed: int = 0):
+  """States along a MuJoCo trajectory with random controls (contacts made by the motion)."""
+  md = mujoco.MjData(mj)
+  if mj.nkey:
+    mujoco.mj_resetDataKeyframe(mj, md, 0)
+  rng = np.random.default_rng(seed)
+  states = []
+  for k in range(nstep):
+    md.ctrl[:] = rng.uniform(-1, 1, size=mj.nu)
+    mujoco.mj_step(mj, md)
+    if k % every == every - 1:
+      states.append((md.qpos.copy(), md.qvel.copy(), md.act.copy(), md.ctrl.copy()))
+  return states
+
+
+def _model_case(name: str):
+  path = support.model_paths()[name]
+  mj = mujoco.MjModel.from_xml_path(path)
+  mj.opt.tolerance = 1e-12
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    m = flexor.load_mjcf(path)
+  m = m.replace(opt=m.opt.replace(tolerance=jnp.asarray(1e-12)))
+  states = _model_states(mj, 150, 50)
+  d = flexor.make_data(m, (len(states),))
+  d = d.replace(**{k: jnp.asarray(np.stack([s[i] for s in states]))
+                   for i, k in enumerate(("qpos", "qvel", "act", "ctrl"))})
+  d = jax.jit(jax.vmap(flexor.forward, in_axes=(None, 0)))(m, d)
+  md = mujoco.MjData(mj)
+  cone = "elliptic" if mj.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC else "pyramidal"
+  for i, (qpos, qvel, act, ctrl) in enumerate(states):
+    md.qpos[:], md.qvel[:], md.act[:], md.ctrl[:] = qpos, qvel, act, ctrl
+    mujoco.mj_forward(mj, md)
+    assert int(d.ncon[i]) == md.ncon, f"{name} state {i}: ncon"
+    assert int(d.nefc[i]) == md.nefc, f"{name} state {i}: nefc"
+    for field in ("qacc", "qfrc_constraint"):
+      err = relerr(getattr(d, field)[i], getattr(md, field))
+      assert err < SOLVE_TOL[cone] * 10, f"{name} state {i}: {field} {err:.1e}"
+
+
+# Models whose every contact pair flexor's narrow phase supports (others warn and drop pairs).
+CONTACT_MODELS = ("dmc/cheetah", "dmc/hopper", "dmc/humanoid", "dmc/walker", "dmc/manipulator",
+                  "dmc/stacker", "gym/ant", "gym/half_cheetah", "gym/hopper", "gym/humanoid",
+                  "gym/humanoidstandup", "gym/walker2d")
+
+
+@pytest.mark.parametrize("name", ["gym/ant", "gym/hopper"])
+def test_model_matches_mujoco(name):
+  _model_case(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONTACT_MODELS)
+def test_every_contact_model_matches_mujoco(name):
+  _model_case(name)
+
+
+BOX_XML = """
+<mujoco>
+  <option timestep="0.004"/>
+  <worldbody>
+    <geom type="plane" size="2 2 0.1"/>
+    <body pos="0 0 0.0995"><freejoint/><geom type="box" size="0.1 0.1 0.1" friction="0.6"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_resting_box_trajectory_matches_mujoco():
+  """100 steps of a box settling and sliding on a plane: the trajectory stays on MuJoCo's."""
+  mj = mujoco.MjModel.from_xml_string(BOX_XML)
+  md = mujoco.MjData(mj)
+  md.qvel[:] = [0.3, 0.1, 0, 0, 0, 0.5]
+  m = flexor.load_mjcf_string(BOX_XML)
+  d = flexor.make_data(m).replace(qvel=jnp.asarray(md.qvel))
+  step = jax.jit(flexor.step)
+  for k in range(100):
+    mujoco.mj_step(mj, md)
+    d = step(m, d)
+    assert relerr(d.qpos, md.qpos) < 1e-8, f"step {k}: qpos"
+    assert relerr(d.qvel, md.qvel) < 1e-6, f"step {k}: qvel"
+  assert int(d.ncon) == 4
+
+
+def _box_loss(nstep: int):
+  m = flexor.load_mjcf_string(BOX_XML)
+  d0 = flexor.make_data(m)
+
+  def loss(qvel):
+    d = d0.replace(qvel=qvel)
+    d, _ = jax.lax.scan(lambda d, _: (flexor.step(m, d), None), d, None, length=nstep)
+    return d.qpos[0] + 0.5 * d.qpos[1] + d.qpos[6]
+
+  return loss
+
+
+def test_box_sliding_gradient_matches_finite_differences():
+  """Reverse mode through 50 steps of a box sliding under friction on a plane, at MuJoCo's
+  default solver settings, against central differences (away from stick-slip switches)."""
+  loss = _box_loss(50)
+  qvel = jnp.array([0.8, 0.3, 0.0, 0.0, 0.0, 0.4])
+  grad = jax.jit(jax.grad(loss))(qvel)
+  f = jax.jit(loss)
+  eps = 1e-6
+  fd = np.array([(f(qvel.at[i].add(eps)) - f(qvel.at[i].add(-eps))) / (2 * eps)
+                 for i in range(6)])
+  assert np.all(np.isfinite(grad))
+  np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_cheetah_rollout_gradient_matches_finite_differences():
+  """dm_control's cheetah at its own solver settings (MJX's reverse mode fails here)."""
+  path = support.model_paths()["dmc/cheetah"]
+  m = flexor.load_mjcf(path)
+  mj = mujoco.MjModel.from_xml_path(path)
+  md = mujoco.MjData(mj)
+  for _ in range(200):  # settle onto the ground
+    mujoco.mj_step(mj, md)
+  d0 = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+
+  def loss(ctrl):
+    def body(d, u):
+      return flexor.step(m, d.replace(ctrl=u)), None
+    d, _ = jax.lax.scan(body, d0, ctrl)
+    return d.qpos[0] + 0.1 * jnp.sum(d.qvel**2)
+
+  ctrl = jnp.full((50, m.nu), 0.1)
+  grad = jax.jit(jax.grad(loss))(ctrl)
+  f = jax.jit(loss)
+  eps = 1e-6
+  rng = np.random.default_rng(0)
+  for _ in range(4):
+    t, j = int(rng.integers(50)), int(rng.integers(m.nu))
+    fd = (f(ctrl.at[t, j].add(eps)) - f(ctrl.at[t, j].add(-eps))) / (2 * eps)
+    np.testing.assert_allclose(grad[t, j], fd, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_humanoid_falls_without_nan():
+  """dm_control's humanoid falling for 2 s: finite throughout, contact forces as MuJoCo's for
+  the first 50 steps."""
+  path = support.model_paths()["dmc/humanoid"]
+  m = flexor.load_mjcf(path)
+  mj = mujoco.MjModel.from_xml_path(path)
+  md = mujoco.MjData(mj)
+  d = flexor.make_data(m)
+  step = jax.jit(flexor.step)
+  nstep = int(round(2.0 / mj.opt.timestep))
+  for k in range(nstep):
+    d = step(m, d)
+    if k < 50:
+      mujoco.mj_step(mj, md)
+      assert relerr(d.qfrc_constraint, md.qfrc_constraint) < 1e-5, f"step {k}"
+  assert not bool(d.warning_nan)
+  assert np.all(np.isfinite(np.asarray(d.qpos)))
+  assert int(d.ncon) > 0

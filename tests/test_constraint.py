@@ -1,0 +1,239 @@
+"""Constraint rows and the solver against MuJoCo C: limits, friction loss and equality.
+
+Contacts have their own tests (tests/test_collision.py). Each model here is compared at random
+states, all rows MuJoCo instantiates (efc_* in order) plus qacc and qfrc_constraint, with both
+engines solving to a tight tolerance; then gradients of rollouts against finite differences.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import flexor
+from flexor.types import ConstraintType
+
+from support import relerr
+
+jax.config.update("jax_enable_x64", True)
+
+# Rows to 1e-12 (they are closed-form); qacc and forces to 1e-9: both solvers stop at a
+# tolerance of 1e-13 on the scaled gradient, far below this.
+ROW_TOL, SOLVE_TOL = 1e-12, 1e-9
+
+LIMITS_XML = """
+<mujoco>
+  <option timestep="0.005"/>
+  <default><geom type="capsule" size="0.05" contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <body pos="0 0 1">
+      <joint name="h" type="hinge" axis="0 1 0" range="-0.3 0.4" limited="true" frictionloss="0.5"
+             solreflimit="0.03 0.8" solimplimit="0.8 0.9 0.01 0.3 3"/>
+      <geom fromto="0 0 0 0.3 0 0"/>
+      <body pos="0.3 0 0">
+        <joint name="s" type="slide" axis="1 0 0" range="-0.1 0.1" limited="true" margin="0.02"
+               frictionloss="0.2"/>
+        <geom fromto="0 0 0 0.3 0 0"/>
+        <site name="a" pos="0.2 0 0.05"/>
+        <body pos="0.3 0 0">
+          <joint name="b" type="ball" range="0 0.5" limited="true" solreflimit="-1000 -10"/>
+          <geom fromto="0 0 0 0 0 -0.3"/>
+          <site name="c" pos="0 0 -0.3"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <tendon>
+    <spatial name="t" limited="true" range="0.2 0.35" frictionloss="0.3" margin="0.01">
+      <site site="a"/><site site="c"/>
+    </spatial>
+  </tendon>
+</mujoco>
+"""
+
+EQUALITY_XML = """
+<mujoco>
+  <option timestep="0.005"/>
+  <default><geom type="capsule" size="0.05" contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <site name="w" pos="0.5 0.1 1.2" quat="0.9 0.1 0.2 0.3"/>
+    <body name="a" pos="0 0 1">
+      <joint name="h1" type="hinge" axis="0 1 0"/>
+      <geom fromto="0 0 0 0.3 0 0"/>
+      <body name="b" pos="0.3 0 0">
+        <joint name="h2" type="hinge" axis="0 0 1"/>
+        <joint name="s2" type="slide" axis="1 0 0"/>
+        <geom fromto="0 0 0 0.3 0 0"/>
+        <site name="sb" pos="0.3 0.02 0" quat="0.8 0.2 0.1 0.4"/>
+      </body>
+    </body>
+    <body name="f" pos="0.6 0.1 1.1">
+      <freejoint/>
+      <geom type="box" size="0.1 0.05 0.03"/>
+      <site name="sf" pos="0.05 0.02 0.01"/>
+    </body>
+    <body name="f2" pos="0.2 0.5 1.1">
+      <freejoint/>
+      <geom type="box" size="0.1 0.05 0.03"/>
+      <site name="sf2" pos="0.05 0.02 0.01"/>
+    </body>
+    <body name="g" pos="-0.5 0 1">
+      <joint name="ball" type="ball"/>
+      <geom fromto="0 0 0 0 0 -0.3"/>
+      <site name="sg" pos="0 0 -0.3"/>
+      <body name="g2" pos="0 0 -0.3">
+        <joint name="h3" type="hinge" axis="1 0 0"/>
+        <geom fromto="0 0 0 0 0 -0.2"/>
+        <site name="sg2" pos="0 0.1 -0.2"/>
+      </body>
+    </body>
+  </worldbody>
+  <tendon>
+    <spatial name="t1"><site site="sg"/><site site="sg2"/></spatial>
+    <fixed name="t2"><joint joint="h1" coef="0.5"/><joint joint="s2" coef="-1"/></fixed>
+  </tendon>
+  <equality>
+    <connect body1="f" body2="b" anchor="0.05 0.02 0" solref="0.01 0.9"/>
+    <weld body1="g2" body2="f2" relpose="0.1 0 0 0.9 0.1 0 0.2" anchor="0.02 0 0.01"
+          torquescale="2" solimp="0.8 0.95 0.002 0.4 3"/>
+    <weld site1="sf2" site2="w" torquescale="0.5"/>
+    <connect site1="sf" site2="sg2"/>
+    <joint joint1="h2" joint2="h3" polycoef="0.1 0.5 0.2 -0.3 0.1"/>
+    <joint joint1="h1" polycoef="0.1 0 0 0 0" active="false"/>
+    <tendon tendon1="t1" tendon2="t2" polycoef="0 0.3 0.1 0 0" solref="-500 -20"/>
+  </equality>
+</mujoco>
+"""
+
+MODELS = {"limits": LIMITS_XML, "equality": EQUALITY_XML}
+ROW_FIELDS = ("efc_type", "efc_id", "efc_J", "efc_pos", "efc_margin", "efc_frictionloss",
+              "efc_D", "efc_R", "efc_vel", "efc_aref")
+SOLVE_FIELDS = ("efc_force", "qacc", "qfrc_constraint")
+
+
+def _random_states(mj: mujoco.MjModel, rng: np.random.Generator, n: int):
+  """n (qpos, qvel) pairs near qpos0 with unit quaternions, wide enough to reach limits."""
+  states = []
+  for _ in range(n):
+    qpos = mj.qpos0 + 0.35 * rng.normal(size=mj.nq)
+    for j in range(mj.njnt):
+      if mj.jnt_type[j] in (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL):
+        adr = mj.jnt_qposadr[j] + (3 if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE else 0)
+        qpos[adr:adr + 4] /= np.linalg.norm(qpos[adr:adr + 4])
+    states.append((qpos, rng.normal(size=mj.nv)))
+  return states
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def compared(request):
+  """(name, flexor Data batch, list of MuJoCo MjData) at 6 random states."""
+  xml = MODELS[request.param]
+  mj = mujoco.MjModel.from_xml_string(xml)
+  mj.opt.tolerance = 1e-13
+  m = flexor.load_mjcf_string(xml)
+  m = m.replace(opt=m.opt.replace(tolerance=jnp.asarray(1e-13)))
+  states = _random_states(mj, np.random.default_rng(0), 6)
+  datas = []
+  for qpos, qvel in states:
+    md = mujoco.MjData(mj)
+    md.qpos[:], md.qvel[:] = qpos, qvel
+    mujoco.mj_forward(mj, md)
+    datas.append(md)
+  d = flexor.make_data(m, (len(states),))
+  d = d.replace(qpos=jnp.asarray(np.stack([s[0] for s in states])),
+                qvel=jnp.asarray(np.stack([s[1] for s in states])))
+  d = jax.jit(jax.vmap(flexor.forward, in_axes=(None, 0)))(m, d)
+  return request.param, d, datas
+
+
+@pytest.mark.parametrize("field", ROW_FIELDS + SOLVE_FIELDS + ("nefc",))
+def test_matches_mujoco(compared, field):
+  name, d, datas = compared
+  for i, md in enumerate(datas):
+    active = np.asarray(d.efc_active[i])
+    assert active.sum() == md.nefc, f"{name} state {i}: nefc"
+    if field == "nefc":
+      assert int(d.nefc[i]) == md.nefc
+      continue
+    ours = np.asarray(getattr(d, field)[i])
+    theirs = np.asarray(getattr(md, field))
+    if field.startswith("efc_"):
+      ours = ours[active]
+      theirs = theirs.reshape(ours.shape)
+    tol = ROW_TOL if field in ROW_FIELDS else SOLVE_TOL
+    assert relerr(ours, theirs) < tol, f"{name} state {i}: {field}"
+
+
+def test_rows_cover_every_kind(compared):
+  """The random states exercise what the model can produce (guards the test above)."""
+  name, d, _ = compared
+  kinds = set(np.asarray(d.efc_type)[np.asarray(d.efc_active)].tolist())
+  expected = ({ConstraintType.EQUALITY} if name == "equality" else
+              {ConstraintType.FRICTION_DOF, ConstraintType.FRICTION_TENDON,
+               ConstraintType.LIMIT_JOINT, ConstraintType.LIMIT_TENDON})
+  assert expected <= kinds
+
+
+@pytest.mark.parametrize("flag", ["limit", "frictionloss", "constraint"])
+def test_disable_flags(flag):
+  mj = mujoco.MjModel.from_xml_string(LIMITS_XML)
+  mj.opt.disableflags |= getattr(mujoco.mjtDisableBit, f"mjDSBL_{flag.upper()}")
+  mj.opt.tolerance = 1e-13
+  md = mujoco.MjData(mj)
+  md.qpos[:2] = 0.5, 0.2
+  md.qvel[:] = 0.3
+  mujoco.mj_forward(mj, md)
+  m = flexor.load_mjcf_string(LIMITS_XML)
+  m = m.replace(opt=m.opt.replace(disableflags=int(mj.opt.disableflags),
+                                  tolerance=jnp.asarray(1e-13)))
+  d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  d = jax.jit(flexor.forward)(m, d)
+  assert int(d.nefc) == md.nefc
+  assert relerr(d.qacc, md.qacc) < SOLVE_TOL
+
+
+def _limits_rollout(nstep: int):
+  m = flexor.load_mjcf_string(LIMITS_XML)
+  d0 = flexor.make_data(m)
+  d0 = d0.replace(qpos=d0.qpos.at[0].set(0.35).at[1].set(0.09))
+  weights = jnp.array([1.0, -2.0, 0.5])
+
+  def loss(qvel):
+    d = d0.replace(qvel=qvel)
+    d, _ = jax.lax.scan(lambda d, _: (flexor.step(m, d), None), d, None, length=nstep)
+    return jnp.sum(d.qpos[:3] * weights) + 0.01 * jnp.sum(d.qvel**2)
+
+  return loss
+
+
+def test_rollout_gradient_matches_finite_differences():
+  """Reverse mode through 30 steps in contact with limits and friction loss (implicit
+  differentiation of the solver), against central differences."""
+  loss = _limits_rollout(30)
+  qvel = jnp.array([0.3, 0.2, 0.1, -0.2, 0.3])
+  grad = jax.jit(jax.grad(loss))(qvel)
+  f = jax.jit(loss)
+  eps = 1e-6
+  fd = np.array([(f(qvel.at[i].add(eps)) - f(qvel.at[i].add(-eps))) / (2 * eps)
+                 for i in range(len(qvel))])
+  assert np.all(np.isfinite(grad))
+  np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7)
+
+
+def test_forward_mode_matches_reverse_mode():
+  """The solver's custom JVP serves jvp and, transposed, vjp: both give the same derivative."""
+  m = flexor.load_mjcf_string(LIMITS_XML)
+  d0 = flexor.make_data(m)
+  d0 = d0.replace(qpos=d0.qpos.at[0].set(0.42).at[1].set(0.11))
+
+  def qacc(qvel):
+    return flexor.forward(m, d0.replace(qvel=qvel)).qacc
+
+  qvel = jnp.array([0.3, 0.2, 0.1, -0.2, 0.3])
+  fwd = jax.jit(jax.jacfwd(qacc))(qvel)
+  rev = jax.jit(jax.jacrev(qacc))(qvel)
+  np.testing.assert_allclose(fwd, rev, rtol=1e-10, atol=1e-10)
+  assert np.any(np.abs(fwd) > 0)
