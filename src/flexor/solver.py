@@ -70,6 +70,7 @@ class _Update(NamedTuple):
 
 
 def _row_classes(m: Model) -> _Rows:
+  """The rows' cost classes, from the static row layout and the enabled constraint types."""
   quadratic = np.zeros(m.njmax, bool)
   quadratic[rows_of(m, ConstraintType.EQUALITY)] = True
   friction = np.zeros(m.njmax, bool)
@@ -109,13 +110,16 @@ def _cone_update(jar: jax.Array, D: jax.Array, R: jax.Array, friction: jax.Array
   # [[1, -mu U'/T], [-mu U/T, mu N/T^3 U U' + (mu^2 - mu N/T) I]]
   dir_t = u[1:] / safe_t
   grad_u = dm * nmt * jnp.concatenate([jnp.ones(1, jar.dtype), -mu * dir_t])
-  h_tt = (mu * n / safe_t) * (jnp.outer(dir_t, dir_t) - jnp.eye(5, dtype=jar.dtype)) + mu * mu * jnp.eye(5, dtype=jar.dtype)
+  eye = jnp.eye(5, dtype=jar.dtype)
+  h_tt = (mu * n / safe_t) * (jnp.outer(dir_t, dir_t) - eye) + mu * mu * eye
   h_u = dm * jnp.block([[jnp.ones((1, 1), jar.dtype), -mu * dir_t[None, :]],
                         [-mu * dir_t[:, None], h_tt]])
   quad = jnp.where(mask, D, 0.0)
-  cost = jnp.where(top, 0.0, jnp.where(bottom, 0.5 * jnp.sum(quad * jar * jar), 0.5 * dm * nmt**2))
+  cost = jnp.where(top, 0.0, jnp.where(bottom, 0.5 * jnp.sum(quad * jar * jar),
+                                       0.5 * dm * nmt**2))
   force = jnp.where(top, 0.0, jnp.where(bottom, -quad * jar, -scale * grad_u))
-  hess = jnp.where(top, 0.0, jnp.where(bottom, jnp.diag(quad), scale[:, None] * h_u * scale[None, :]))
+  hess = jnp.where(top, 0.0, jnp.where(bottom, jnp.diag(quad),
+                                       scale[:, None] * h_u * scale[None, :]))
   zone = jnp.where(top, ConstraintState.SATISFIED,
                    jnp.where(bottom, ConstraintState.QUADRATIC, ConstraintState.CONE))
   return cost, force, hess, zone
