@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import support
+import flexor
 from flexor import setconst
 from flexor.mjcf.from_mujoco import from_mujoco
 
@@ -175,6 +176,26 @@ def test_simulated_lengthrange():
   # the same simulation in both engines; MuJoCo accepts a range to within tolrange (5%)
   err = support.relerr(out.actuator_lengthrange, mj.actuator_lengthrange)
   assert err < 1e-6, f"{np.asarray(out.actuator_lengthrange)} vs {mj.actuator_lengthrange}"
+
+
+def test_simulated_lengthrange_against_joint_limits():
+  """A muscle on a limited hinge, its range found by simulation: the limit (a constraint) stops
+  the joint, as in MuJoCo."""
+  xml = """
+  <mujoco>
+    <compiler><lengthrange mode="muscle" useexisting="false" uselimit="false"/></compiler>
+    <worldbody>
+      <body pos="0 0 1">
+        <joint name="j" type="hinge" axis="0 1 0" range="-0.5 0.8" limited="true"/>
+        <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="1"/>
+      </body>
+    </worldbody>
+    <actuator><muscle joint="j" gear="0.05"/></actuator>
+  </mujoco>
+  """
+  mj = mujoco.MjModel.from_xml_string(xml)
+  fm = flexor.load_mjcf_string(xml)
+  assert support.relerr(fm.actuator_lengthrange, mj.actuator_lengthrange) < 1e-6
 
 
 def test_lengthrange_from_limits():

@@ -254,9 +254,7 @@ def _simulate_ranges(m: Model, opt: LengthRangeOptions, actuators: np.ndarray):
 
   The model runs with contact, springs, dampers, gravity, actuation and friction loss disabled
   and ``opt.timestep`` as its time step (MuJoCo's settings), all actuators and both sides as one
-  batch. Joint and tendon limits would act here in MuJoCo; flexor has no constraint solver yet,
-  so models whose muscles are held in range only by limits do not converge (and are refused,
-  as MuJoCo refuses models whose simulation does not converge).
+  batch; joint and tendon limits act, as in MuJoCo.
   """
   flags = (DisableBit.FRICTIONLOSS | DisableBit.CONTACT | DisableBit.SPRING | DisableBit.DAMPER
            | DisableBit.GRAVITY | DisableBit.ACTUATION)
