@@ -89,3 +89,26 @@ ALL_JOINTS_XML = """
   <actuator><motor joint="j0" gear="1"/></actuator>
 </mujoco>
 """
+
+
+def float64_values(jaxpr: Any) -> list[str]:
+  """Where ``jaxpr`` (and its sub-jaxprs) computes a float64 array: primitive and source line.
+
+  For checking that a float32 model computes in float32 with x64 enabled, where a float64
+  numpy constant silently promotes whatever it touches. Weakly typed scalars (Python constants)
+  are left out: they take the other operand's dtype.
+  """
+  import jax  # pylint: disable=import-outside-toplevel
+  found = []
+  for eqn in jaxpr.eqns:
+    if any(getattr(v.aval, "dtype", None) == np.float64 and not v.aval.weak_type
+           for v in eqn.outvars):
+      frame = jax._src.source_info_util.user_frame(eqn.source_info.traceback)  # pylint: disable=protected-access
+      found.append(f"{eqn.primitive} at {frame.file_name}:{frame.start_line}" if frame else
+                   str(eqn.primitive))
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else (param,):
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          found += float64_values(inner)
+  return found

@@ -77,3 +77,12 @@ def test_bad_arguments_exit_2():
   with pytest.raises(SystemExit) as exit_info:
     cli.main(["simulate", "--batch", "0"])
   assert exit_info.value.code == 2
+
+
+def test_demo_small(capsys, tmp_path):
+  assert cli.main(["demo", "--iterations", "4", "--horizon", "12", "--out", str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert "loss curve:" in out and re.search(r"loss \S+ -> \S+; final angles", out)
+  assert (tmp_path / "flexor_demo.png").stat().st_size > 10_000
+  # Frames need MuJoCo and an OpenGL backend; without them the command says why instead.
+  assert "frames: " in out

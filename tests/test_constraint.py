@@ -16,7 +16,7 @@ import pytest
 import flexor
 from flexor.types import ConstraintType
 
-from support import relerr
+from support import float64_values, relerr
 
 jax.config.update("jax_enable_x64", True)
 
@@ -237,3 +237,12 @@ def test_forward_mode_matches_reverse_mode():
   rev = jax.jit(jax.jacrev(qacc))(qvel)
   np.testing.assert_allclose(fwd, rev, rtol=1e-10, atol=1e-10)
   assert np.any(np.abs(fwd) > 0)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_float32_step_computes_in_float32(name):
+  """A float32 model steps in float32 throughout, even with x64 enabled: a float64 constant
+  (a numpy array) anywhere in the rows or the solver would silently promote the computation."""
+  m = flexor.load_mjcf_string(MODELS[name], dtype=jnp.float32)
+  jaxpr = jax.make_jaxpr(flexor.step)(m, flexor.make_data(m)).jaxpr
+  assert not float64_values(jaxpr)

@@ -20,6 +20,7 @@ import pytest
 
 import flexor
 import support
+from flexor.mjcf.from_mujoco import from_mujoco
 from flexor import examples
 
 PENDULUM_XML = """
@@ -81,3 +82,11 @@ def test_example_matches_mujoco(name: str):
   actual = np.concatenate([traj["qpos"], traj["qvel"], traj["act"]], axis=-1)
   err = support.relerr(actual, np.stack(expected))
   assert err < 1e-8, f"{name}: {err:.3g}"
+
+
+@pytest.mark.parametrize("name", examples.names())
+def test_float32_example_steps_in_float32(name: str):
+  """Loaded in float32 with x64 enabled, a bundled model's step computes no float64 array."""
+  # from_mujoco: no setconst programs to compile in float32 for this check of the step.
+  m = from_mujoco(mujoco.MjModel.from_xml_path(examples.path(name)), dtype=jnp.float32)
+  assert not support.float64_values(jax.make_jaxpr(flexor.step)(m, flexor.make_data(m)).jaxpr)

@@ -33,7 +33,7 @@ def test_quick_start_is_one_block_of_two_commands():
   for command in commands:
     # Each command does its own set-up, so either works on a fresh machine alone.
     assert command.startswith("python3 -m venv .venv && .venv/bin/pip install "), command
-  assert "flexor simulate" in commands[0]
+  assert "flexor demo" in commands[0]
   assert "pytest" in commands[1]
 
 
@@ -51,5 +51,6 @@ def test_api_example_runs():
   exec(compile(codes[0], "README.md", "exec"), namespace)  # pylint: disable=exec-used
   assert namespace["traj"]["qpos"].shape == (100, namespace["model"].nq)
   assert namespace["batch"].qpos.shape == (256, namespace["model"].nq)
-  for name in ("hold", "dqvel", "dmass"):
+  for name in ("hold", "dqvel", "dmass", "dctrl"):
     assert bool(namespace["jnp"].all(namespace["jnp"].isfinite(namespace[name]))), name
+  assert namespace["dparams"]["w"].shape == (6, 2 + 2 + 6)

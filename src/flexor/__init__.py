@@ -5,4 +5,4 @@ from flexor.io import load_mjcf, load_mjcf_string
 from flexor.errors import MJCFError
 from flexor.forward import forward, inverse
 from flexor.integrate import step
-from flexor.rollout import rollout
+from flexor.rollout import batch_rollout, rollout, shard_batch

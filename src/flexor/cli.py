@@ -1,5 +1,7 @@
-"""The ``flexor`` command: inspect a model, or simulate a batch of it and report the speed.
+"""The ``flexor`` command: the demo, inspecting a model, or simulating a batch of it.
 
+``flexor demo`` optimises the controls of the bundled muscle arm by gradients through its
+rollout and writes plots of the result (``flexor.demo``).
 ``flexor info [MODEL]`` prints the sizes, the kinematic tree with each body's joints, and the
 actuators. ``flexor simulate [MODEL] --steps N --batch B`` compiles a vmapped rollout, runs it
 in chunks behind a progress bar on stderr, and prints the compile time, the throughput and a
@@ -43,6 +45,14 @@ def _parser() -> argparse.ArgumentParser:
   commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
   model_help = (f"an MJCF file, or a bundled example ({', '.join(examples.names())}); "
                 f"default: {DEFAULT_MODEL}")
+
+  demo = commands.add_parser(
+      "demo", help="trajectory optimisation of the bundled muscle arm, with plots")
+  demo.add_argument("--iterations", type=_positive, default=150, help="Adam iterations (150)")
+  demo.add_argument("--horizon", type=_positive, default=160,
+                    help="steps of 5 ms in the optimised rollout (160)")
+  demo.add_argument("--learning-rate", type=float, default=0.1, help="Adam's step size (0.1)")
+  demo.add_argument("--out", default=".", help="folder of the PNG files (.)")
 
   info = commands.add_parser("info", help="print a model's sizes, kinematic tree and actuators")
   info.add_argument("model", nargs="?", default=DEFAULT_MODEL, metavar="MODEL", help=model_help)
@@ -269,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = _parser()
   args = parser.parse_args(argv)
   try:
+    if args.command == "demo":
+      from flexor import demo  # pylint: disable=import-outside-toplevel
+      return demo.run(args.iterations, args.horizon, args.learning_rate, args.out, sys.stdout,
+                      sys.stderr)
     if args.command == "info":
       info(args.model, sys.stdout)
       return 0

@@ -76,7 +76,9 @@ def _friction_rows(m: Model, d: Data, rows: np.ndarray):
 
 def _joint_limit_rows(m: Model, d: Data, rows: np.ndarray):
   """Rows of joint limits: hinge and slide (lower, upper) and ball (rotation angle)."""
-  jnt, side = m.efc_rowid[rows], np.where(m.efc_rowsub[rows] == 0, -1.0, 1.0)
+  # The side in the state's dtype: a float64 constant would promote a float32 model's rows.
+  jnt = m.efc_rowid[rows]
+  side = np.where(m.efc_rowsub[rows] == 0, -1.0, 1.0).astype(d.qpos.dtype)
   dofadr, qadr = m.jnt_dofadr[jnt], m.jnt_qposadr[jnt]
   ball = m.jnt_type[jnt] == JointType.BALL
   q = d.qpos[qadr]
@@ -102,7 +104,8 @@ def _joint_limit_rows(m: Model, d: Data, rows: np.ndarray):
 
 def _tendon_limit_rows(m: Model, d: Data, rows: np.ndarray):
   """Rows of tendon limits (lower, upper)."""
-  ten, side = m.efc_rowid[rows], np.where(m.efc_rowsub[rows] == 0, -1.0, 1.0)
+  ten = m.efc_rowid[rows]
+  side = np.where(m.efc_rowsub[rows] == 0, -1.0, 1.0).astype(d.qpos.dtype)
   dist = side * (m.tendon_range[ten, np.where(side < 0, 0, 1)] - d.ten_length[ten])
   jac = -side[:, None] * d.ten_J[ten]
   margin = m.tendon_margin[ten]
@@ -135,7 +138,7 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   pyramid = kind == ConstraintType.CONTACT_PYRAMIDAL
   elliptic = kind == ConstraintType.CONTACT_ELLIPTIC
   edge = np.where(pyramid, sub // 2, 0)
-  sign = np.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0), 0.0)
+  sign = np.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0), 0.0).astype(d.qpos.dtype)
   friction = d.contact_friction[slot, edge]
   jac = (jnp.where(elliptic[:, None], jac_frame[local, np.where(elliptic, sub, 0)],
                    jac_frame[local, 0])

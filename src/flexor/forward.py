@@ -10,7 +10,9 @@ Stages, as in MuJoCo's ``engine_forward.c``:
 * ``fwd_acceleration``: qfrc_smooth and qacc_smooth;
 * ``fwd_constraint``: qacc, qfrc_constraint and the constraint forces (``flexor.solver``);
 
-and ``inverse`` runs the first two, then ``inv_acceleration`` (qfrc_inverse from qacc).
+with the sensors of each stage (``flexor.sensor``) after fwd_position, fwd_velocity and
+fwd_constraint, as mj_forward calls mj_sensorPos/Vel/Acc; and ``inverse`` runs the first two,
+then ``inv_acceleration`` (qfrc_inverse from qacc).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from flexor import actuation, collision, constraint, kinematics, solver, transmi
 from flexor.crb import armature, crb, factor_m, solve_m, tendon_bias
 from flexor.passive import passive
 from flexor.rne import rne, rne_bias
+from flexor.sensor import sensor_acc, sensor_pos, sensor_vel
 from flexor.tendon import tendon, tendon_velocity
 from flexor.types import Data, DisableBit, Model
 
@@ -86,14 +89,19 @@ def fwd_constraint(m: Model, d: Data) -> Data:
   return d.replace(warning_nan=warning_nan)
 
 
-def forward(m: Model, d: Data) -> Data:
-  """Computes everything mj_forward does that flexor implements: all stages but integration."""
+def forward(m: Model, d: Data, sensors: bool = True) -> Data:
+  """Computes everything mj_forward does that flexor implements: all stages but integration,
+  and the sensors (skipped when DisableBit.SENSOR is set, or without ``sensors``: RK4's
+  intermediate stages skip them as mj_forwardSkip's skipsensor, keeping the first values)."""
   with jax.named_scope("forward"):
     d = fwd_position(m, d)
+    d = sensor_pos(m, d) if sensors else d
     d = fwd_velocity(m, d)
+    d = sensor_vel(m, d) if sensors else d
     d = fwd_actuation(m, d)
     d = fwd_acceleration(m, d)
     d = fwd_constraint(m, d)
+    d = sensor_acc(m, d) if sensors else d
   return d
 
 

@@ -175,7 +175,8 @@ def rk4(m: Model, d: Data) -> Data:
       qpos = integrate_pos(m, qpos0, dpos, h)
       qvel = qvel0 + h * (a * kqacc)
       act = act0 + h * (a * kact_dot)
-      dk = forward(m, dk.replace(qpos=qpos, qvel=qvel, act=act, time=time0 + a * h))
+      dk = forward(m, dk.replace(qpos=qpos, qvel=qvel, act=act, time=time0 + a * h),
+                   sensors=False)
       kvel = _dexpinv(m, h * dpos, qvel)
       sums = (sum_kvel + b * kvel, sum_qacc + b * dk.qacc, sum_act_dot + b * dk.act_dot)
       return (sums, (kvel, dk.qacc, dk.act_dot), dk), None

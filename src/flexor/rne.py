@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import crb, math, tree
-from flexor.types import Data, DisableBit, Model
+from flexor import constraint, crb, math, tree
+from flexor.types import ConstraintType, Data, DisableBit, EqType, Model
 
 
 def _cacc(m: Model, d: Data, flg_acc: bool) -> jax.Array:
@@ -57,19 +57,100 @@ def rne_bias(m: Model, d: Data) -> Data:
   return d.replace(qfrc_bias=qfrc_bias)
 
 
+def contact_force(m: Model, d: Data) -> jax.Array:
+  """Force and torque of each contact slot in its contact frame (nconmax, 6) (mj_contactForce):
+  (normal, tangent 1, tangent 2, torsion, rolling 1, rolling 2), zero past the contact's dim and
+  on slots without an active contact.
+
+  A pyramidal contact's normal force is the sum of its edge forces and its k-th friction force
+  mu_k (f_2k - f_2k+1) (mju_decodePyramid); elliptic and frictionless rows are the components.
+  """
+  rows = constraint.rows_of(m, ConstraintType.CONTACT_FRICTIONLESS,
+                            ConstraintType.CONTACT_PYRAMIDAL, ConstraintType.CONTACT_ELLIPTIC)
+  out = jnp.zeros((m.nconmax, 6), dtype=d.efc_force.dtype)
+  if not rows.size:
+    return out
+  slot, sub = m.efc_rowid[rows], m.efc_rowsub[rows]
+  pyramid = m.efc_rowtype[rows] == ConstraintType.CONTACT_PYRAMIDAL
+  elliptic = m.efc_rowtype[rows] == ConstraintType.CONTACT_ELLIPTIC
+  force = jnp.where(d.efc_active[rows], d.efc_force[rows], 0.0)
+  edge = sub // 2
+  mu = d.contact_friction[slot, np.where(pyramid, edge, 0)]
+  dtype = d.efc_force.dtype  # static coefficients in the force's dtype: no float64 promotion
+  normal = np.where(elliptic, sub == 0, True).astype(dtype)
+  # the row's second entry: a pyramid edge's friction component, an elliptic row's own
+  column = np.where(pyramid, edge + 1, np.where(elliptic, sub, 0))
+  weight = jnp.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0).astype(dtype) * mu,
+                     np.where(elliptic & (sub > 0), 1.0, 0.0).astype(dtype))
+  return out.at[slot, 0].add(normal * force).at[slot, column].add(weight * force)
+
+
+def _contact_cfrc_ext(m: Model, d: Data) -> jax.Array:
+  """Contact forces on bodies (nbody, 6), com-based (torque, force): geom 2's body receives the
+  contact force at the contact point, geom 1's body its opposite."""
+  geom = m.collision_geom[np.repeat(np.arange(m.ncollision), m.collision_connum)]
+  local = contact_force(m, d)
+  frame = d.contact_frame
+  force = jnp.einsum("nji,nj->ni", frame, local[:, :3])
+  torque = jnp.einsum("nji,nj->ni", frame, local[:, 3:])
+  out = jnp.zeros((m.nbody, 6), dtype=force.dtype)
+  for side, sign in ((0, -1.0), (1, 1.0)):
+    body = m.geom_bodyid[geom[:, side]]
+    arm = d.contact_pos - d.subtree_com[m.body_rootid[body]]
+    wrench = jnp.concatenate([torque + math.cross(arm, force), force], axis=-1)
+    out = out.at[body].add(sign * wrench)
+  return out
+
+
+def _equality_cfrc_ext(m: Model, d: Data) -> jax.Array:
+  """Connect and weld constraint forces on bodies (nbody, 6), com-based (torque, force): body 1
+  receives the constraint force (and a weld's torque) at its anchor, body 2 its opposite
+  (mj_rnePostConstraint)."""
+  rows = constraint.rows_of(m, ConstraintType.EQUALITY)
+  eq_rows = rows[np.isin(m.eq_type[m.efc_rowid[rows]], (EqType.CONNECT, EqType.WELD))]
+  out = jnp.zeros((m.nbody, 6), dtype=d.efc_force.dtype)
+  if not eq_rows.size:
+    return out
+  first = eq_rows[m.efc_rowsub[eq_rows] == 0]
+  eq = m.efc_rowid[first]
+  weld = m.eq_type[eq] == EqType.WELD
+  force = jnp.where(d.efc_active[first, None], d.efc_force[first[:, None] + np.arange(3)], 0.0)
+  torque_rows = first[:, None] + np.where(weld, 3, 0)[:, None] + np.arange(3)
+  rot_force = jnp.where((weld[:, None]) & d.efc_active[first, None], d.efc_force[torque_rows], 0.0)
+  pos1, pos2, b1, b2 = constraint._eq_anchors(m, d, eq)  # pylint: disable=protected-access
+  # a weld's rotation rows are M (w1 - w2) for the bodies' angular velocities w, with M's
+  # column j = 0.5 torquescale vec(conj(q1) (0, e_j) q0) (see constraint._equality_rows); the
+  # torque they exert is M' f, as MuJoCo 4 applies it
+  frame0, rel, q1 = constraint._weld_quats(m, d, eq, b1, b2)  # pylint: disable=protected-access
+  q0 = math.quat_mul(frame0, rel)
+  axes = jnp.concatenate([jnp.zeros((3, 1), q0.dtype), jnp.eye(3, dtype=q0.dtype)], axis=-1)
+  cols = math.quat_mul(math.quat_mul(math.quat_conj(q1)[:, None, :], axes[None]), q0[:, None, :])
+  mat_t = 0.5 * cols[..., 1:] * m.eq_data[eq, 10][:, None, None]             # (n, j, k) = M'
+  torque = jnp.einsum("njk,nk->nj", mat_t, rot_force)
+  for body, pos, sign in ((b1, pos1, 1.0), (b2, pos2, -1.0)):
+    arm = pos - d.subtree_com[m.body_rootid[body]]
+    wrench = jnp.concatenate([torque + math.cross(arm, force), force], axis=-1)
+    out = out.at[body].add(sign * wrench)
+  return out
+
+
 def rne_postconstraint(m: Model, d: Data) -> Data:
   """Computes cacc, cfrc_ext and cfrc_int (nbody, 6) from qacc (mj_rnePostConstraint).
 
-  cfrc_ext holds ``xfrc_applied`` moved to com-based frames and, as in MuJoCo 4, the forces of
-  spatial tendons (``crb.tendon_cfrc_ext``); contact and equality forces join it once the
-  constraint stage exists. cfrc_int is the force each body receives from its parent,
-  cfrc_body - cfrc_ext summed over the subtree; the world's row sums the roots' rows.
+  cfrc_ext holds ``xfrc_applied`` moved to com-based frames, the contact forces
+  (``contact_force``), the connect and weld constraint forces and, as in MuJoCo 4, the forces
+  of spatial tendons (``crb.tendon_cfrc_ext``). cfrc_int is the force each body receives from
+  its parent, cfrc_body - cfrc_ext summed over the subtree; the world's row sums the roots' rows.
   """
   with jax.named_scope("rne_postconstraint"):
     cacc = _cacc(m, d, flg_acc=True)
     force, torque = d.xfrc_applied[:, :3], d.xfrc_applied[:, 3:]
     offset = d.xipos - d.subtree_com[m.body_rootid]
     cfrc_ext = jnp.concatenate([torque + math.cross(offset, force), force], axis=-1)
+    if m.nconmax:
+      cfrc_ext = cfrc_ext + _contact_cfrc_ext(m, d)
+    if m.neq:
+      cfrc_ext = cfrc_ext + _equality_cfrc_ext(m, d)
     cfrc_ext = cfrc_ext.at[0].set(0.0)
     if m.ntendon:
       cfrc_ext = cfrc_ext + crb.tendon_cfrc_ext(m, d)   # MuJoCo 4: spatial tendons' forces

@@ -1,15 +1,20 @@
-"""Rollouts: ``rollout`` scans ``step`` over time; ``batch_rollout`` and ``model_axes`` batch it.
+"""Rollouts: ``rollout`` scans ``step`` over time; ``batch_rollout``, ``model_axes`` and
+``shard_batch`` batch it over environments, Model parameters and devices.
 
 A rollout is one ``lax.scan``, so it compiles one step whatever the horizon, and it is reverse
-differentiable with respect to the initial Data, the controls and the Model's traced parameters.
+differentiable with respect to the initial Data, the controls, a policy's parameters and the
+Model's traced parameters. Its controls come from a sequence (open loop) or from a policy of the
+observation (closed loop); ``checkpoint_every`` trades recomputation for memory in reverse mode.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from flexor.integrate import step
 from flexor.types import Data, Model
@@ -17,22 +22,46 @@ from flexor.types import Data, Model
 # Data fields stacked into the trajectory by default.
 TRAJ_FIELDS = ("time", "qpos", "qvel", "act", "ctrl")
 
+Policy = Callable[[Any, jax.Array], jax.Array]
+Observe = Callable[[Model, Data], jax.Array]
 
-def rollout(m: Model, d: Data, ctrl_seq: jax.Array | None = None, *, nstep: int | None = None,
-            fields: Sequence[str] = TRAJ_FIELDS) -> tuple[Data, dict[str, jax.Array]]:
-  """Runs ``nstep`` steps from ``d``, setting ``ctrl = ctrl_seq[t]`` before step t.
+
+def observation(m: Model, d: Data) -> jax.Array:
+  """The default observation of a closed-loop rollout: (qpos, qvel, act) concatenated, shape
+  (nq + nv + na,), the full state of a model without mocap bodies or plastic slack."""
+  del m
+  return jnp.concatenate([d.qpos, d.qvel, d.act])
+
+
+def rollout(m: Model, d: Data, control: jax.Array | Policy | None = None, params: Any = None,
+            nstep: int | None = None, *, fields: Sequence[str] = TRAJ_FIELDS,
+            observe: Observe = observation,
+            checkpoint_every: int | None = None) -> tuple[Data, dict[str, jax.Array]]:
+  """Runs ``nstep`` steps from ``d``, open loop (a control sequence) or closed loop (a policy).
 
   Args:
     m: the model.
     d: the initial Data (unbatched; use ``batch_rollout`` or ``jax.vmap`` for batches).
-    ctrl_seq: optional (T, nu) controls; without it every step uses ``d.ctrl``.
+    control: one of
+      * None: every step uses ``d.ctrl``;
+      * a (T, nu) array: ``ctrl = control[t]`` before step t (open loop);
+      * a policy ``control(params, obs) -> ctrl`` (nu,): before step t, ``ctrl`` is the policy's
+        output for ``obs = observe(m, d_t)`` (closed loop); ``nstep`` is then required.
+    params: the policy's parameters (any pytree), differentiable; only with a policy.
     nstep: number of steps; defaults to T, and must equal T when both are given.
     fields: names of the Data fields to record.
+    observe: ``observe(m, d) -> obs``, what the policy sees; default ``observation``.
+    checkpoint_every: if given, reverse mode stores the state only every this many steps and
+      recomputes the steps in between (``jax.checkpoint``): memory falls from O(nstep) step
+      residuals to O(nstep / k + k), for about one more forward rollout of compute. Forward
+      results are identical.
   Returns:
     (final, traj): the Data after the last step, and a dict mapping each name in ``fields`` to
     that field after every step, stacked: ``traj["qpos"][t]`` is qpos after step t, shape
     (nstep, nq); ``traj["ctrl"][t]`` is the control applied during step t.
   """
+  policy = control if callable(control) else None
+  ctrl_seq = None if policy is not None or control is None else control
   if ctrl_seq is not None:
     if ctrl_seq.ndim != 2 or ctrl_seq.shape[1] != m.nu:
       raise ValueError(f"ctrl_seq must have shape (T, nu={m.nu}), got {ctrl_seq.shape}; "
@@ -42,19 +71,46 @@ def rollout(m: Model, d: Data, ctrl_seq: jax.Array | None = None, *, nstep: int 
                        "pass one of them")
     nstep = ctrl_seq.shape[0]
   if nstep is None:
-    raise ValueError("pass ctrl_seq or nstep")
+    raise ValueError("pass ctrl_seq or nstep (a policy needs nstep)")
+  if params is not None and policy is None:
+    raise ValueError("params are a policy's parameters: pass a policy as control")
+  if checkpoint_every is not None and checkpoint_every < 1:
+    raise ValueError(f"checkpoint_every must be a positive number of steps, got {checkpoint_every}")
   unknown = [f for f in fields if not hasattr(d, f)]
   if unknown:
     raise ValueError(f"unknown Data fields {unknown}")
 
   def body(d: Data, ctrl: jax.Array | None):
+    if policy is not None:
+      ctrl = policy(params, observe(m, d))
     if ctrl is not None:  # in the Data's dtype: float64 controls may drive a float32 model
-      d = d.replace(ctrl=ctrl.astype(d.ctrl.dtype))
+      d = d.replace(ctrl=jnp.asarray(ctrl).astype(d.ctrl.dtype))
     d = step(m, d)
     return d, {name: getattr(d, name) for name in fields}
 
+  def scan(d: Data, xs: jax.Array | None, length: int):
+    return jax.lax.scan(body, d, xs, length=length)
+
   with jax.named_scope("rollout"):
-    return jax.lax.scan(body, d, ctrl_seq, length=nstep)
+    if checkpoint_every is None or checkpoint_every >= nstep:
+      return scan(d, ctrl_seq, nstep)
+    return _checkpointed_scan(scan, d, ctrl_seq, nstep, checkpoint_every)
+
+
+def _checkpointed_scan(scan: Callable, d: Data, ctrl_seq: jax.Array | None, nstep: int, k: int):
+  """``scan(d, ctrl_seq, nstep)`` as an outer scan over chunks of ``k`` steps, each chunk under
+  ``jax.checkpoint``, then the ``nstep % k`` remaining steps."""
+  nchunk, rest = divmod(nstep, k)
+  # prevent_cse=False: inside a scan, CSE cannot undo the rematerialisation.
+  chunk = jax.checkpoint(lambda d, xs: scan(d, xs, k), prevent_cse=False)
+  head = None if ctrl_seq is None else ctrl_seq[:nchunk * k].reshape(nchunk, k, -1)
+  d, traj = jax.lax.scan(chunk, d, head, length=nchunk)
+  traj = {name: x.reshape(nchunk * k, *x.shape[2:]) for name, x in traj.items()}
+  if rest:
+    tail = None if ctrl_seq is None else ctrl_seq[nchunk * k:]
+    d, tail_traj = scan(d, tail, rest)
+    traj = {name: jnp.concatenate([x, tail_traj[name]]) for name, x in traj.items()}
+  return d, traj
 
 
 def model_axes(m: Model, names: Sequence[str] = ()) -> Model:
@@ -79,19 +135,64 @@ def model_axes(m: Model, names: Sequence[str] = ()) -> Model:
   return axes
 
 
-def batch_rollout(m: Model, d: Data, ctrl_seq: jax.Array | None = None, *,
-                  nstep: int | None = None, fields: Sequence[str] = TRAJ_FIELDS,
+def batch_rollout(m: Model, d: Data, control: jax.Array | Policy | None = None,
+                  params: Any = None, nstep: int | None = None, *,
+                  fields: Sequence[str] = TRAJ_FIELDS, observe: Observe = observation,
+                  checkpoint_every: int | None = None,
                   batched_params: Sequence[str] = ()) -> tuple[Data, dict[str, jax.Array]]:
-  """``rollout`` over a batch: ``jax.vmap`` over the leading axis of every Data field, of
-  ``ctrl_seq`` (B, T, nu) if given, and of the Model fields named in ``batched_params``.
+  """``rollout`` over a batch: ``jax.vmap`` over the leading axis of every Data field, of a
+  control sequence (B, T, nu) if given, and of the Model fields named in ``batched_params``
+  (domain randomisation). A policy and its parameters are shared by the whole batch.
 
   Returns:
     (final, traj) with a leading batch axis (B, ...); traj fields are (B, nstep, ...).
   """
+  ctrl_seq = None if control is None or callable(control) else control
   if ctrl_seq is not None:
     if np.ndim(ctrl_seq) != 3:
       raise ValueError(f"batched ctrl_seq must have shape (B, T, nu), got {np.shape(ctrl_seq)}")
     nstep = ctrl_seq.shape[1] if nstep is None else nstep
-  run = lambda m_, d_, c_: rollout(m_, d_, c_, nstep=nstep, fields=fields)
+
+  def run(m_: Model, d_: Data, c_: jax.Array | None):
+    return rollout(m_, d_, control if ctrl_seq is None else c_, params, nstep, fields=fields,
+                   observe=observe, checkpoint_every=checkpoint_every)
+
   in_axes = (model_axes(m, batched_params), 0, None if ctrl_seq is None else 0)
   return jax.vmap(run, in_axes=in_axes)(m, d, ctrl_seq)
+
+
+def shard_batch(tree: Any, devices: Sequence[jax.Device] | None = None) -> Any:
+  """Places every array of ``tree`` with its leading (batch) axis split over devices.
+
+  A jitted ``batch_rollout`` of sharded Data (and controls) then runs each device's share of the
+  batch on that device, with no communication: XLA propagates the sharding through the vmap.
+
+  On one process the tree is the whole batch, split over ``devices`` (default: the local ones).
+  After ``jax.distributed.initialize()`` with several processes, each process passes its own
+  share of the batch and gets back the global batch (``jax.make_array_from_process_local_data``)
+  split over every process's devices, the processes' shares in process order.
+
+  Args:
+    tree: a pytree of arrays (Data, controls) whose leading axis is the batch, of a size
+      divisible by the number of (local) devices.
+    devices: the devices of a one-process run; default ``jax.local_devices()``.
+  Returns:
+    the same tree, each array committed to a ``NamedSharding`` over a one-axis mesh ``batch``.
+  """
+  multiprocess = jax.process_count() > 1
+  if multiprocess and devices is not None:
+    raise ValueError("with several processes the batch is split over all of jax.devices(); "
+                     "do not pass devices")
+  devices = list(jax.devices() if multiprocess else devices or jax.local_devices())
+  sharding = NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
+  local = jax.local_device_count() if multiprocess else len(devices)
+
+  def put(x: jax.Array) -> jax.Array:
+    if np.ndim(x) == 0 or np.shape(x)[0] % local:
+      raise ValueError(f"cannot split a batch axis of shape {np.shape(x)} over {local} "
+                       "devices: its size must be a multiple of the device count")
+    if multiprocess:
+      return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+    return jax.device_put(x, sharding)
+
+  return jax.tree_util.tree_map(put, tree)

@@ -182,6 +182,78 @@ class ObjType(enum.IntEnum):
   ACTUATOR = 19
 
 
+class SensorType(enum.IntEnum):
+  """mjtSensor."""
+
+  TOUCH = 0
+  ACCELEROMETER = 1
+  VELOCIMETER = 2
+  GYRO = 3
+  FORCE = 4
+  TORQUE = 5
+  MAGNETOMETER = 6
+  RANGEFINDER = 7
+  CAMPROJECTION = 8
+  JOINTPOS = 9
+  JOINTVEL = 10
+  TENDONPOS = 11
+  TENDONVEL = 12
+  ACTUATORPOS = 13
+  ACTUATORVEL = 14
+  ACTUATORFRC = 15
+  JOINTACTFRC = 16
+  TENDONACTFRC = 17
+  BALLQUAT = 18
+  BALLANGVEL = 19
+  JOINTLIMITPOS = 20
+  JOINTLIMITVEL = 21
+  JOINTLIMITFRC = 22
+  TENDONLIMITPOS = 23
+  TENDONLIMITVEL = 24
+  TENDONLIMITFRC = 25
+  FRAMEPOS = 26
+  FRAMEQUAT = 27
+  FRAMEXAXIS = 28
+  FRAMEYAXIS = 29
+  FRAMEZAXIS = 30
+  FRAMELINVEL = 31
+  FRAMEANGVEL = 32
+  FRAMELINACC = 33
+  FRAMEANGACC = 34
+  SUBTREECOM = 35
+  SUBTREELINVEL = 36
+  SUBTREEANGMOM = 37
+  INSIDESITE = 38
+  GEOMDIST = 39
+  GEOMNORMAL = 40
+  GEOMFROMTO = 41
+  CONTACT = 42
+  E_POTENTIAL = 43
+  E_KINETIC = 44
+  CLOCK = 45
+  TACTILE = 46
+  PLUGIN = 47
+  USER = 48
+
+
+class DataType(enum.IntEnum):
+  """mjtDataType: how a sensor's cutoff applies."""
+
+  REAL = 0
+  POSITIVE = 1
+  AXIS = 2
+  QUATERNION = 3
+
+
+class Stage(enum.IntEnum):
+  """mjtStage: the computation stage a sensor needs."""
+
+  NONE = 0
+  POS = 1
+  VEL = 2
+  ACC = 3
+
+
 class WrapType(enum.IntEnum):
   """mjtWrap."""
 
@@ -440,6 +512,8 @@ class Model(_Node):
   nplastic: int                 # plastic state entries (MuJoCo 4 springyield)
   npair: int                    # explicit <contact><pair> elements
   nexclude: int                 # <contact><exclude> elements
+  nsensor: int
+  nsensordata: int              # sum of sensor_dim
   ncollision: int               # candidate geom pairs for the narrow phase (static, see below)
   nconmax: int                  # contact slots: every contact the candidate pairs can make
   njmax: int                    # constraint rows: every row the model can activate
@@ -531,6 +605,7 @@ class Model(_Node):
   site_pos: jax.Array = _field("nsite", 3)
   site_quat: jax.Array = _field("nsite", 4)
   site_size: jax.Array = _field("nsite", 3, fill=0.005)
+  site_type: np.ndarray = _field("nsite", fill=2)   # GeomType of the site's volume (touch sensors)
 
   # meshes: vertices stay host-side until collision needs them
   mesh_vertadr: np.ndarray = _field("nmesh", fill=0)
@@ -617,6 +692,19 @@ class Model(_Node):
   eq_solref: jax.Array = _field("neq", 2, fill=_SOLREF)
   eq_solimp: jax.Array = _field("neq", 5, fill=_SOLIMP)
 
+  # sensors, in document order; a sensor's values are sensordata[adr : adr + dim]
+  sensor_type: np.ndarray = _field("nsensor", fill=0)       # SensorType
+  sensor_datatype: np.ndarray = _field("nsensor", fill=0)   # DataType
+  sensor_needstage: np.ndarray = _field("nsensor", fill=1)  # Stage
+  sensor_objtype: np.ndarray = _field("nsensor", fill=0)    # ObjType of the sensorized object
+  sensor_objid: np.ndarray = _field("nsensor", fill=-1)
+  sensor_reftype: np.ndarray = _field("nsensor", fill=0)    # ObjType of the reference frame
+  sensor_refid: np.ndarray = _field("nsensor", fill=-1)     # -1: world frame
+  sensor_dim: np.ndarray = _field("nsensor", fill=1)
+  sensor_adr: np.ndarray = _field("nsensor", derived=True)
+  sensor_cutoff: jax.Array = _field("nsensor", fill=0.0)    # clamp of |value|; 0: none
+  sensor_noise: jax.Array = _field("nsensor", fill=0.0)     # noise std dev, for users: not added
+
   # explicit contact pairs and excluded body pairs; a signature is body1 << 16 + body2
   pair_dim: np.ndarray = _field("npair", fill=3)
   pair_geom1: np.ndarray = _field("npair", fill=-1)
@@ -670,6 +758,7 @@ class Model(_Node):
   names_site: tuple[str, ...]
   names_actuator: tuple[str, ...]
   names_tendon: tuple[str, ...]
+  names_sensor: tuple[str, ...]
   names_key: tuple[str, ...]
 
   # tree tables (static, derived; see flexor.tree)
@@ -801,6 +890,8 @@ class Data:
   efc_aref: jax.Array = _field("njmax", fill=0.0)
   efc_force: jax.Array = _field("njmax", fill=0.0)
   efc_state: jax.Array = _field("njmax", fill=0)      # int: mjtConstraintState
+  # sensors (Model.sensor_*): values after the stage each sensor needs, cutoff applied
+  sensordata: jax.Array = _field("nsensordata", fill=0.0)
   # diagnostics: set under jit, checked by the caller
   warning_nan: jax.Array = _field(None, fill=False)   # bool: a state or acceleration became non-finite
 

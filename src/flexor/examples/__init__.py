@@ -5,8 +5,10 @@
 * ``creature``: a four-legged creature tumbling in zero gravity (free, ball, hinge and slide
   joints); its momentum is conserved.
 * ``chain20``: a planar chain of 20 hinged links under gravity; the deep tree of the benchmarks.
+* ``cartpole``: a cart on a range-limited rail with a hinged pole; ``flexor.envs``' swing-up task.
+* ``hopper``: a planar one-legged hopper on a floor (contacts, joint limits); an RL task.
 
-None of them has contacts or joint limits, so everything they exercise is smooth dynamics.
+``arm``, ``creature`` and ``chain20`` have no contacts or joint limits: their dynamics are smooth.
 """
 
 from __future__ import annotations

@@ -199,7 +199,8 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       ntendon=len(f.get("tendon_num", ())), nwrap=len(f.get("wrap_type", ())),
       nmocap=int((mocapid >= 0).sum()), neq=len(f.get("eq_type", ())),
       nkey=len(f.get("key_time", ())), npair=len(f.get("pair_geom1", ())),
-      nexclude=len(f.get("exclude_signature", ())))
+      nexclude=len(f.get("exclude_signature", ())), nsensor=len(f.get("sensor_type", ())),
+      nsensordata=int(np.sum(f.get("sensor_dim", ()), dtype=np.int64)))
   plastic = _plastic_tables(f, jnt_type, sizes["ntendon"])
   sizes["nplastic"] = plastic.pop("nplastic")
   nq, nv, nu, na, nmocap = (sizes[k] for k in ("nq", "nv", "nu", "na", "nmocap"))
@@ -217,6 +218,8 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
           sizes[s] if isinstance(s, str) else s for s in spec["shape"])
       out[name] = np.broadcast_to(np.asarray(spec["fill"]), shape).copy()
 
+  sensor_dim = np.asarray(out["sensor_dim"], dtype=np.int32)
+  out["sensor_adr"] = (np.cumsum(sensor_dim) - sensor_dim).astype(np.int32)
   rootid = np.arange(nbody, dtype=np.int32)
   for b in range(1, nbody):
     if parent[b] != 0:
@@ -249,7 +252,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   )
   for kind, count in (("body", nbody), ("jnt", njnt), ("geom", sizes["ngeom"]),
                       ("site", sizes["nsite"]), ("actuator", nactuator), ("tendon", sizes["ntendon"]),
-                      ("key", sizes["nkey"])):
+                      ("sensor", sizes["nsensor"]), ("key", sizes["nkey"])):
     out[f"names_{kind}"] = tuple(f.get(f"names_{kind}", ("",) * count))
   out.update(_actuator_tables(out, jnt_type))
   out["body_simple"] = _body_simple(parent, rootid, body_dofnum, np.asarray(out["body_sameframe"]),

@@ -2,8 +2,9 @@
 
 Order of work follows MuJoCo's reader and compiler: ``<compiler>``, ``<option>``, default
 classes, assets, the kinematic tree (``compile_body``), tendons (``compile_tendon``), actuators
-(``compile_actuator``), equality constraints (``compile_equality``), keyframes; ``assemble`` then
-derives addresses, the dof tree and flexor's tree tables.
+(``compile_actuator``), equality constraints (``compile_equality``), contacts, sensors
+(``compile_sensor``), keyframes; ``assemble`` then derives addresses, the dof tree and flexor's
+tree tables.
 
 What MuJoCo's compiler computes by simulating the model at qpos0 (``mj_setConst``,
 springdamper, muscle length ranges) is left to ``flexor.setconst``; :func:`compile_model`
@@ -25,6 +26,7 @@ from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCom
                                       check_moving_mass, check_unique_names)
 from flexor.mjcf.compile_contact import compile_contact, paired_geom_names
 from flexor.mjcf.compile_equality import compile_equality
+from flexor.mjcf.compile_sensor import compile_sensors
 from flexor.mjcf.compile_tendon import compile_tendons
 from flexor.mjcf.defaults import ACTUATOR_TAGS, Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
@@ -305,6 +307,7 @@ def _compile(source: Source, dtype: Any) -> tuple[Model, dict[str, Any]]:
   if compiler.discardvisual:
     infos = _discard_visual(tree, infos, paired_geom_names(source))
   fields = builder.finish()
+  fields["site_type"] = np.array(tree.site["type"], dtype=np.int32)
   fields.update(_mesh_fields(infos))
   names = {kind: Names(source, label, fields[f"names_{kind}"])
            for kind, label in (("body", "body"), ("jnt", "joint"), ("geom", "geom"),
@@ -314,6 +317,7 @@ def _compile(source: Source, dtype: Any) -> tuple[Model, dict[str, Any]]:
   fields.update(compile_actuators(source, defaults, compiler, names, fields))
   fields.update(compile_equality(source, defaults, names, fields))
   fields.update(compile_contact(source, defaults, names, fields))
+  fields.update(compile_sensors(source, names, fields))
   check_moving_mass(source, tree)
   nu = int(np.sum(fields.get("actuator_ctrlnum", 0)))
   fields.update(_keyframes(source, fields, nu, int(np.sum(fields.get("actuator_actnum", 0)))))

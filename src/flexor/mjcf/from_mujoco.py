@@ -34,9 +34,11 @@ def from_mujoco(m: Any, dtype: Any = None) -> Model:
   for kind, obj in (("body", mujoco.mjtObj.mjOBJ_BODY), ("jnt", mujoco.mjtObj.mjOBJ_JOINT),
                     ("geom", mujoco.mjtObj.mjOBJ_GEOM), ("site", mujoco.mjtObj.mjOBJ_SITE),
                     ("actuator", mujoco.mjtObj.mjOBJ_ACTUATOR),
-                    ("tendon", mujoco.mjtObj.mjOBJ_TENDON), ("key", mujoco.mjtObj.mjOBJ_KEY)):
+                    ("tendon", mujoco.mjtObj.mjOBJ_TENDON), ("sensor", mujoco.mjtObj.mjOBJ_SENSOR),
+                    ("key", mujoco.mjtObj.mjOBJ_KEY)):
     count = {"body": m.nbody, "jnt": m.njnt, "geom": m.ngeom, "site": m.nsite,
-             "actuator": m.nactuator, "tendon": m.ntendon, "key": m.nkey}[kind]
+             "actuator": m.nactuator, "tendon": m.ntendon, "sensor": m.nsensor,
+             "key": m.nkey}[kind]
     fields[f"names_{kind}"] = tuple(mujoco.mj_id2name(m, obj, i) or "" for i in range(count))
   o = m.opt
   option = make_option(

@@ -1,0 +1,209 @@
+"""Sensors: ``sensor_*`` fields in document order (MuJoCo's mjXReader::Sensor and
+mjCSensor::Compile).
+
+Each tag names one mjtSensor. Its object is given by one attribute (``site``, ``joint``,
+``tendon``, ``actuator``, ``body``) or, for frame sensors, by ``objtype``/``objname`` with an
+optional reference frame ``reftype``/``refname``. Datatype, stage and dimension follow from the
+type; an actuator sensor reports one value per force output.
+
+flexor computes every type in ``flexor.sensor``'s table. A site-attached ``rangefinder``
+(dm_control's quadruped has twenty) compiles with MuJoCo's fields and a warning, and its
+sensordata stays NaN: flexor has no ray casting yet. Any other type raises MJCFError.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from flexor.mjcf.defaults import Attributes
+from flexor.mjcf.parse import Source
+from flexor.mjcf.values import Names, Reader, check_user, nuser
+from flexor.types import DataType, JointType, ObjType, SensorType, Stage
+
+S = SensorType
+
+# tag: (type, attribute naming the object, its ObjType); frame sensors use objtype/objname
+_TAGS: dict[str, tuple[SensorType, str | None, ObjType]] = {
+    "touch": (S.TOUCH, "site", ObjType.SITE),
+    "accelerometer": (S.ACCELEROMETER, "site", ObjType.SITE),
+    "velocimeter": (S.VELOCIMETER, "site", ObjType.SITE),
+    "gyro": (S.GYRO, "site", ObjType.SITE),
+    "force": (S.FORCE, "site", ObjType.SITE),
+    "torque": (S.TORQUE, "site", ObjType.SITE),
+    "magnetometer": (S.MAGNETOMETER, "site", ObjType.SITE),
+    "rangefinder": (S.RANGEFINDER, "site", ObjType.SITE),
+    "jointpos": (S.JOINTPOS, "joint", ObjType.JOINT),
+    "jointvel": (S.JOINTVEL, "joint", ObjType.JOINT),
+    "tendonpos": (S.TENDONPOS, "tendon", ObjType.TENDON),
+    "tendonvel": (S.TENDONVEL, "tendon", ObjType.TENDON),
+    "actuatorpos": (S.ACTUATORPOS, "actuator", ObjType.ACTUATOR),
+    "actuatorvel": (S.ACTUATORVEL, "actuator", ObjType.ACTUATOR),
+    "actuatorfrc": (S.ACTUATORFRC, "actuator", ObjType.ACTUATOR),
+    "jointactuatorfrc": (S.JOINTACTFRC, "joint", ObjType.JOINT),
+    "tendonactuatorfrc": (S.TENDONACTFRC, "tendon", ObjType.TENDON),
+    "ballquat": (S.BALLQUAT, "joint", ObjType.JOINT),
+    "ballangvel": (S.BALLANGVEL, "joint", ObjType.JOINT),
+    "jointlimitpos": (S.JOINTLIMITPOS, "joint", ObjType.JOINT),
+    "jointlimitvel": (S.JOINTLIMITVEL, "joint", ObjType.JOINT),
+    "jointlimitfrc": (S.JOINTLIMITFRC, "joint", ObjType.JOINT),
+    "tendonlimitpos": (S.TENDONLIMITPOS, "tendon", ObjType.TENDON),
+    "tendonlimitvel": (S.TENDONLIMITVEL, "tendon", ObjType.TENDON),
+    "tendonlimitfrc": (S.TENDONLIMITFRC, "tendon", ObjType.TENDON),
+    "framepos": (S.FRAMEPOS, None, ObjType.UNKNOWN),
+    "framequat": (S.FRAMEQUAT, None, ObjType.UNKNOWN),
+    "framexaxis": (S.FRAMEXAXIS, None, ObjType.UNKNOWN),
+    "frameyaxis": (S.FRAMEYAXIS, None, ObjType.UNKNOWN),
+    "framezaxis": (S.FRAMEZAXIS, None, ObjType.UNKNOWN),
+    "framelinvel": (S.FRAMELINVEL, None, ObjType.UNKNOWN),
+    "frameangvel": (S.FRAMEANGVEL, None, ObjType.UNKNOWN),
+    "framelinacc": (S.FRAMELINACC, None, ObjType.UNKNOWN),
+    "frameangacc": (S.FRAMEANGACC, None, ObjType.UNKNOWN),
+    "subtreecom": (S.SUBTREECOM, "body", ObjType.BODY),
+    "subtreelinvel": (S.SUBTREELINVEL, "body", ObjType.BODY),
+    "subtreeangmom": (S.SUBTREEANGMOM, "body", ObjType.BODY),
+    "e_kinetic": (S.E_KINETIC, None, ObjType.UNKNOWN),
+    "clock": (S.CLOCK, None, ObjType.UNKNOWN),
+}
+
+# sensorNeedstage, sensorDatatype and mjs_sensorDim of the types above
+_ACC = {S.TOUCH, S.ACCELEROMETER, S.FORCE, S.TORQUE, S.ACTUATORFRC, S.JOINTACTFRC,
+        S.TENDONACTFRC, S.JOINTLIMITFRC, S.TENDONLIMITFRC, S.FRAMELINACC, S.FRAMEANGACC}
+_VEL = {S.VELOCIMETER, S.GYRO, S.JOINTVEL, S.TENDONVEL, S.ACTUATORVEL, S.BALLANGVEL,
+        S.JOINTLIMITVEL, S.TENDONLIMITVEL, S.FRAMELINVEL, S.FRAMEANGVEL, S.SUBTREELINVEL,
+        S.SUBTREEANGMOM}
+_DATATYPE = {S.TOUCH: DataType.POSITIVE, S.FRAMEXAXIS: DataType.AXIS, S.FRAMEYAXIS: DataType.AXIS,
+             S.FRAMEZAXIS: DataType.AXIS, S.BALLQUAT: DataType.QUATERNION,
+             S.FRAMEQUAT: DataType.QUATERNION}
+_DIM3 = {S.ACCELEROMETER, S.VELOCIMETER, S.GYRO, S.FORCE, S.TORQUE, S.MAGNETOMETER,
+         S.BALLANGVEL, S.FRAMEPOS, S.FRAMEXAXIS, S.FRAMEYAXIS, S.FRAMEZAXIS, S.FRAMELINVEL,
+         S.FRAMEANGVEL, S.FRAMELINACC, S.FRAMEANGACC, S.SUBTREECOM, S.SUBTREELINVEL,
+         S.SUBTREEANGMOM}
+_DIM4 = {S.BALLQUAT, S.FRAMEQUAT}
+
+_FRAME_OBJ = {"body": ObjType.BODY, "xbody": ObjType.XBODY, "geom": ObjType.GEOM,
+              "site": ObjType.SITE, "camera": ObjType.CAMERA}
+_FRAME_NAMES = {ObjType.BODY: "body", ObjType.XBODY: "body", ObjType.GEOM: "geom",
+                ObjType.SITE: "site"}
+_NO_REF = {S.FRAMELINACC, S.FRAMEANGACC}
+# mjRAYDATA_*: dist, dir, origin, point, normal, depth and their sizes
+_RAYDATA = {"dist": (0, 1), "dir": (1, 3), "origin": (2, 3), "point": (3, 3), "normal": (4, 3),
+            "depth": (5, 1)}
+_HISTORY = ("nsample", "delay", "interval")
+
+
+def _frame_object(r: Reader, names: dict[str, Names], type_attr: str,
+                  name_attr: str) -> tuple[int, int]:
+  """(ObjType, id) of a frame sensor's object or reference frame."""
+  objtype = ObjType(r.keyword(type_attr, _FRAME_OBJ, 0))
+  if objtype == ObjType.CAMERA:
+    raise r.error("camera frames in sensors are not supported by flexor yet (it has no "
+                  "cameras); use a site at the camera's pose", type_attr)
+  if r.text(name_attr) is None:
+    raise r.error(f"'{type_attr}' needs '{name_attr}'", name_attr)
+  return int(objtype), names[_FRAME_NAMES[objtype]](r, name_attr, _FRAME_NAMES[objtype])
+
+
+def _rangefinder_dim(r: Reader) -> int:
+  """Values per ray of the ``data`` keywords (which must be in mjRAYDATA order)."""
+  keys = (r.text("data") or "dist").split()
+  last = -1
+  dim = 0
+  for key in keys:
+    if key not in _RAYDATA:
+      raise r.error(f"invalid keyword {key!r}; expected some of {', '.join(_RAYDATA)}", "data")
+    order, size = _RAYDATA[key]
+    if order <= last:
+      raise r.error(f"data attributes must be in order: {', '.join(_RAYDATA)}", "data")
+    last, dim = order, dim + size
+  return dim
+
+
+def compile_sensors(source: Source, names: dict[str, Names],
+                    fields: dict[str, Any]) -> dict[str, Any]:
+  """sensor_* fields and names_sensor, in document order.
+
+  Args:
+    source: the parsed MJCF.
+    names: name tables of bodies, joints, geoms, sites and tendons.
+    fields: the model's arrays so far (joint types and limits, tendon limits, actuator outputs).
+  Raises:
+    MJCFError: an unknown or unsupported sensor type, a dangling or wrong-kind reference, a
+      negative noise or cutoff, a cutoff on an axis or quaternion, or a repeated name.
+  """
+  actuators = Names(source, "actuator", fields.get("names_actuator", ()))
+  tables = {**names, "actuator": actuators}
+  jnt_type, jnt_limited = fields["jnt_type"], fields["jnt_limited"]
+  tendon_limited = fields.get("tendon_limited", np.zeros(0, np.int32))
+  outnum = fields.get("actuator_outnum", np.ones(len(actuators.ids), np.int32))
+  n_user = nuser(source, "sensor")
+  rows: dict[str, list[Any]] = {k: [] for k in ("type", "datatype", "needstage", "objtype",
+                                                "objid", "reftype", "refid", "dim", "cutoff",
+                                                "noise")}
+  sensor_names: list[str] = []
+  for section in source.sections("sensor"):
+    for element in section:
+      r = Reader(source, Attributes(element, ()))
+      if element.tag not in _TAGS:
+        raise source.error(element, f"<{element.tag}> sensors are not supported by flexor yet")
+      stype, attr, objtype = _TAGS[element.tag]
+      for name in _HISTORY:
+        if r.has(name):
+          raise r.error("sensor delays, intervals and history buffers are not supported by "
+                        "flexor yet", name)
+      check_user(r, n_user, "sensor")
+      noise, cutoff = r.float("noise", 0.0), r.float("cutoff", 0.0)
+      if noise < 0:
+        raise r.error(f"negative noise in sensor: {noise:g}", "noise")
+      if cutoff < 0:
+        raise r.error(f"negative cutoff in sensor: {cutoff:g}", "cutoff")
+      if stype == S.RANGEFINDER and r.has("camera"):
+        raise r.error("camera rangefinders are not supported by flexor yet (it has no cameras)",
+                      "camera")
+      objid, reftype, refid = -1, int(ObjType.UNKNOWN), -1
+      if attr is not None:
+        if r.text(attr) is None:
+          raise r.error("required attribute missing", attr)
+        kind = {"joint": "jnt"}.get(attr, attr)
+        objid = tables[kind](r, attr)
+      elif stype not in (S.E_KINETIC, S.CLOCK):
+        objtype, objid = _frame_object(r, names, "objtype", "objname")
+        if stype not in _NO_REF and r.has("reftype"):
+          reftype, refid = _frame_object(r, names, "reftype", "refname")
+      dim = 3 if stype in _DIM3 else 4 if stype in _DIM4 else 1
+      if objtype == ObjType.JOINT:
+        jtype = jnt_type[objid]
+        if stype in (S.JOINTPOS, S.JOINTVEL, S.JOINTACTFRC) and jtype not in (JointType.SLIDE,
+                                                                              JointType.HINGE):
+          raise r.error("joint must be slide or hinge in sensor", attr)
+        if stype in (S.BALLQUAT, S.BALLANGVEL) and jtype != JointType.BALL:
+          raise r.error("joint must be ball in sensor", attr)
+        if stype in (S.JOINTLIMITPOS, S.JOINTLIMITVEL, S.JOINTLIMITFRC) and not jnt_limited[objid]:
+          raise r.error("joint must be limited in sensor", attr)
+      if (stype in (S.TENDONLIMITPOS, S.TENDONLIMITVEL, S.TENDONLIMITFRC)
+          and not tendon_limited[objid]):
+        raise r.error("tendon must be limited in sensor", attr)
+      if objtype == ObjType.ACTUATOR:
+        dim = int(outnum[objid])
+      if stype == S.RANGEFINDER:
+        dim = _rangefinder_dim(r)
+        warnings.warn(str(r.error("rangefinder sensors are not supported by flexor yet: their "
+                                  "sensordata is NaN")), stacklevel=2)
+      datatype = _DATATYPE.get(stype, DataType.REAL)
+      if cutoff > 0 and datatype in (DataType.AXIS, DataType.QUATERNION):
+        raise r.error("cutoff applied to axis or quaternion datatype in sensor", "cutoff")
+      name = element.get("name", "")
+      if name and name in sensor_names:
+        raise r.error(f"repeated sensor name {name!r}", "name")
+      sensor_names.append(name)
+      stage = Stage.ACC if stype in _ACC else Stage.VEL if stype in _VEL else Stage.POS
+      for key, value in (("type", stype), ("datatype", datatype), ("needstage", stage),
+                         ("objtype", objtype), ("objid", objid), ("reftype", reftype),
+                         ("refid", refid), ("dim", dim), ("cutoff", cutoff), ("noise", noise)):
+        rows[key].append(int(value) if key not in ("cutoff", "noise") else value)
+  out: dict[str, Any] = {f"sensor_{k}": np.array(v, dtype=np.float64 if k in ("cutoff", "noise")
+                                                  else np.int32) for k, v in rows.items()}
+  out["names_sensor"] = tuple(sensor_names)
+  return out

@@ -1,0 +1,468 @@
+"""Sensors: ``sensor_pos``, ``sensor_vel``, ``sensor_acc`` (MuJoCo's ``engine_sensor.c``).
+
+Each stage fills the sensordata entries of the sensors whose ``sensor_needstage`` is its stage,
+as mj_sensorPos/Vel/Acc do, then applies the cutoff: real values are clamped to
+[-cutoff, cutoff], positive ones (touch) to [.., cutoff], axes and quaternions never; a cutoff of
+0 means none. Noise (``sensor_noise``) is reported for users and never added, as in MuJoCo.
+
+Sensors are computed per type, vectorized over the sensors of that type with static index
+arrays, and scattered into sensordata; the only Python loop is over the types present. Frame
+objects are looked up in one table of frames: the inertial frames of bodies (ObjType.BODY), body
+frames (XBODY), geoms and sites, in that order.
+
+A rangefinder (accepted by the compiler with a warning) reads NaN: flexor has no ray casting yet.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor import constraint, math, tree
+from flexor.rne import contact_force, rne_postconstraint
+from flexor.types import (ConstraintType, Data, DataType, DisableBit, GeomType, Model, ObjType,
+                          SensorType, Stage, TrnType)
+
+S = SensorType
+_Compute = Callable[[Model, Data, np.ndarray], jax.Array]
+
+
+# ----------------------------------------------------------------------------- frames
+
+
+def _frame_index(m: Model, objtype: np.ndarray, objid: np.ndarray) -> np.ndarray:
+  """Rows of the frame table (see the module docstring) of objects (n,)."""
+  offset = np.zeros(max(ObjType) + 1, dtype=np.int64)
+  offset[[ObjType.XBODY, ObjType.GEOM, ObjType.SITE]] = (m.nbody, 2 * m.nbody,
+                                                        2 * m.nbody + m.ngeom)
+  return offset[np.asarray(objtype, dtype=np.int64)] + np.asarray(objid, dtype=np.int64)
+
+
+def _frame_body(m: Model, objtype: np.ndarray, objid: np.ndarray) -> np.ndarray:
+  """Body ids (n,) that frame objects move with."""
+  body = np.concatenate([np.arange(m.nbody), np.arange(m.nbody), m.geom_bodyid, m.site_bodyid])
+  return body[_frame_index(m, objtype, objid)].astype(np.int64)
+
+
+def _frames(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray):
+  """World positions (n, 3) and orientations (n, 3, 3) of frame objects (get_xpos_xmat)."""
+  pos = jnp.concatenate([d.xipos, d.xpos, d.geom_xpos, d.site_xpos])
+  mat = jnp.concatenate([d.ximat, d.xmat, d.geom_xmat, d.site_xmat])
+  index = _frame_index(m, objtype, objid)
+  return pos[index], mat[index]
+
+
+def _frame_quats(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray) -> jax.Array:
+  """World orientations (n, 4) of frame objects: body xquat times the local quat (get_xquat)."""
+  unit = jnp.broadcast_to(jnp.array([1.0, 0.0, 0.0, 0.0], d.xquat.dtype), (m.nbody, 4))
+  local = jnp.concatenate([m.body_iquat, unit, m.geom_quat, m.site_quat])
+  index = _frame_index(m, objtype, objid)
+  return math.quat_mul(d.xquat[_frame_body(m, objtype, objid)], local[index])
+
+
+def _to_local(mat: jax.Array, v: jax.Array) -> jax.Array:
+  """mat' v for (n, 3, 3) and (n, 3)."""
+  return jnp.einsum("nji,nj->ni", mat, v)
+
+
+def _spatial(m: Model, d: Data, motion: jax.Array, objtype: np.ndarray, objid: np.ndarray,
+             local: bool) -> jax.Array:
+  """A com-based motion vector of each object's body moved to the object (n, 6), in world or
+  object orientation (mju_transformSpatial); zero on bodies welded to the world."""
+  body = _frame_body(m, objtype, objid)
+  pos, mat = _frames(m, d, objtype, objid)
+  vec = motion[body]
+  ang = vec[:, :3]
+  lin = vec[:, 3:] - math.cross(pos - d.subtree_com[m.body_rootid[body]], ang)
+  if local:
+    ang, lin = _to_local(mat, ang), _to_local(mat, lin)
+  moving = (m.body_dofnum[m.body_weldid[body]] > 0)[:, None]
+  return jnp.where(moving, jnp.concatenate([ang, lin], axis=-1), 0.0)
+
+
+def object_velocity(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray,
+                    local: bool) -> jax.Array:
+  """(angular, linear) velocities (n, 6) of frame objects at their origins (mj_objectVelocity)."""
+  return _spatial(m, d, d.cvel, objtype, objid, local)
+
+
+def object_acceleration(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray,
+                        local: bool) -> jax.Array:
+  """(angular, linear) accelerations (n, 6) of frame objects (mj_objectAcceleration): cacc moved
+  to the object plus the Coriolis term w x v of the rotating frame. Needs rne_postconstraint."""
+  acc = _spatial(m, d, d.cacc, objtype, objid, local)
+  vel = _spatial(m, d, d.cvel, objtype, objid, local)
+  return acc.at[:, 3:].add(math.cross(vel[:, :3], vel[:, 3:]))
+
+
+# ----------------------------------------------------------------------------- per-type values
+
+
+def _objid(m: Model, ids: np.ndarray) -> np.ndarray:
+  return m.sensor_objid[ids].astype(np.int64)
+
+
+def _site_frames(m: Model, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  return np.full(len(ids), int(ObjType.SITE)), _objid(m, ids)
+
+
+def _outputs(m: Model, ids: np.ndarray) -> np.ndarray:
+  """Actuator output indices (n, dim) of actuator sensors of one dimension."""
+  return m.actuator_outadr[_objid(m, ids)][:, None] + np.arange(m.sensor_dim[ids[0]])[None, :]
+
+
+def _limit_rows(m: Model, kind: ConstraintType, ids: np.ndarray) -> np.ndarray:
+  """Rows (n, 2) of each sensor's joint or tendon limit (lower, upper; -1 where none): an
+  object's limit rows are consecutive."""
+  rows = constraint.rows_of(m, kind)
+  match = m.efc_rowid[rows][None, :] == _objid(m, ids)[:, None]          # (n, nrows)
+  count = match.sum(axis=1)
+  first = np.argmax(match, axis=1) if rows.size else np.zeros(len(ids), np.int64)
+  padded = np.concatenate([rows, [-1, -1]])
+  return np.stack([np.where(count > 0, padded[first], -1),
+                   np.where(count > 1, padded[first + 1], -1)], axis=1)
+
+
+def _limit_value(m: Model, d: Data, kind: ConstraintType, ids: np.ndarray,
+                 value: jax.Array) -> jax.Array:
+  """The value of the first active limit row of each sensor's object, else 0 (n, 1)."""
+  rows = _limit_rows(m, kind, ids)
+  safe = np.maximum(rows, 0)
+  active = d.efc_active[safe] & (rows >= 0)
+  first = jnp.where(active[:, 0], value[safe[:, 0]],
+                    jnp.where(active[:, 1], value[safe[:, 1]], 0.0))
+  return first[:, None]
+
+
+def _frame_axis(axis: int) -> _Compute:
+  def compute(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+    _, mat = _frames(m, d, m.sensor_objtype[ids], m.sensor_objid[ids])
+    value = mat[:, :, axis]
+    return _in_reference(m, d, ids, value, lambda ref_mat, _: _to_local(ref_mat, value))
+  return compute
+
+
+def _in_reference(m: Model, d: Data, ids: np.ndarray, value: jax.Array,
+                  relative: Callable[[jax.Array, jax.Array], jax.Array]) -> jax.Array:
+  """``value`` (n, k) where a sensor has no reference frame, else relative(ref_mat, ref_pos)."""
+  refid = m.sensor_refid[ids]
+  has_ref = refid >= 0
+  if not has_ref.any():
+    return value
+  reftype = np.where(has_ref, m.sensor_reftype[ids], int(ObjType.XBODY))
+  ref_pos, ref_mat = _frames(m, d, reftype, np.maximum(refid, 0))
+  return jnp.where(has_ref[:, None], relative(ref_mat, ref_pos), value)
+
+
+def _framepos(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  pos, _ = _frames(m, d, m.sensor_objtype[ids], m.sensor_objid[ids])
+  return _in_reference(m, d, ids, pos, lambda ref_mat, ref_pos: _to_local(ref_mat, pos - ref_pos))
+
+
+def _framequat(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  quat = _frame_quats(m, d, m.sensor_objtype[ids], m.sensor_objid[ids])
+  refid = m.sensor_refid[ids]
+  has_ref = refid >= 0
+  if not has_ref.any():
+    return quat
+  reftype = np.where(has_ref, m.sensor_reftype[ids], int(ObjType.XBODY))
+  ref = _frame_quats(m, d, reftype, np.maximum(refid, 0))
+  return jnp.where(has_ref[:, None], math.quat_mul(math.quat_conj(ref), quat), quat)
+
+
+def _frame_velocity(angular: bool) -> _Compute:
+  def compute(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+    objtype, objid = m.sensor_objtype[ids], m.sensor_objid[ids]
+    vel = object_velocity(m, d, objtype, objid, local=False)
+    refid = m.sensor_refid[ids]
+    has_ref = refid >= 0
+    if has_ref.any():
+      reftype = np.where(has_ref, m.sensor_reftype[ids], int(ObjType.XBODY))
+      refid = np.maximum(refid, 0)
+      pos, _ = _frames(m, d, objtype, objid)
+      ref_pos, ref_mat = _frames(m, d, reftype, refid)
+      ref_vel = object_velocity(m, d, reftype, refid, local=False)
+      rel = vel - ref_vel
+      # linear velocity seen from the rotating reference frame
+      rel_lin = rel[:, 3:] + math.cross(pos - ref_pos, ref_vel[:, :3])
+      rel = jnp.concatenate([_to_local(ref_mat, rel[:, :3]), _to_local(ref_mat, rel_lin)], axis=-1)
+      vel = jnp.where(has_ref[:, None], rel, vel)
+    return vel[:, :3] if angular else vel[:, 3:]
+  return compute
+
+
+def _frame_acceleration(angular: bool) -> _Compute:
+  def compute(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+    acc = object_acceleration(m, d, m.sensor_objtype[ids], m.sensor_objid[ids], local=False)
+    return acc[:, :3] if angular else acc[:, 3:]
+  return compute
+
+
+def _site_velocity(angular: bool) -> _Compute:
+  def compute(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+    vel = object_velocity(m, d, *_site_frames(m, ids), local=True)
+    return vel[:, :3] if angular else vel[:, 3:]
+  return compute
+
+
+def _accelerometer(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  return object_acceleration(m, d, *_site_frames(m, ids), local=True)[:, 3:]
+
+
+def _site_wrench(torque: bool) -> _Compute:
+  """force or torque: cfrc_int of the site's body moved to the site, in the site's frame."""
+  def compute(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+    site = _objid(m, ids)
+    body = m.site_bodyid[site]
+    frc = d.cfrc_int[body]
+    if not torque:
+      return _to_local(d.site_xmat[site], frc[:, 3:])
+    arm = d.site_xpos[site] - d.subtree_com[m.body_rootid[body]]
+    return _to_local(d.site_xmat[site], frc[:, :3] - math.cross(arm, frc[:, 3:]))
+  return compute
+
+
+def _magnetometer(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  mat = d.site_xmat[_objid(m, ids)]
+  return _to_local(mat, jnp.broadcast_to(m.opt.magnetic, (len(ids), 3)))
+
+
+def _subtree_mask(m: Model, ids: np.ndarray) -> np.ndarray:
+  """(n, nbody) 0/1: the bodies of each sensor's subtree (the world's holds every body)."""
+  mask = tree.subtree_mask(m.body_parentid)
+  mask[0] = True
+  return mask[_objid(m, ids)].astype(np.float64)
+
+
+def _body_velocity(m: Model, d: Data) -> jax.Array:
+  """(angular, linear) velocity of every body's inertial frame (nbody, 6), world orientation."""
+  bodies = np.arange(m.nbody)
+  return object_velocity(m, d, np.full(m.nbody, int(ObjType.BODY)), bodies, local=False)
+
+
+def _subtree_linvel(m: Model, d: Data, ids: np.ndarray, body_vel: jax.Array) -> jax.Array:
+  """Linear velocity of the centre of mass of each sensor's subtree (n, 3) (mj_subtreeVel)."""
+  mask = jnp.asarray(_subtree_mask(m, ids), dtype=body_vel.dtype)
+  momentum = mask @ (m.body_mass[:, None] * body_vel[:, 3:])
+  mass = jnp.maximum(math.MINVAL, m.body_subtreemass[_objid(m, ids)])
+  return momentum / mass[:, None]
+
+
+def _subtreelinvel(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  return _subtree_linvel(m, d, ids, _body_velocity(m, d))
+
+
+def _subtreeangmom(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """Angular momentum of each sensor's subtree about its centre of mass (n, 3): the bodies'
+  spins plus m (xipos - com) x (v - v_com), the closed form of mj_subtreeVel's recursion."""
+  body_vel = _body_velocity(m, d)
+  linvel = _subtree_linvel(m, d, ids, body_vel)
+  spin_local = _to_local(d.ximat, body_vel[:, :3]) * m.body_inertia
+  spin = jnp.einsum("nij,nj->ni", d.ximat, spin_local)                       # (nbody, 3)
+  com = d.subtree_com[_objid(m, ids)]
+  arm = d.xipos[None, :, :] - com[:, None, :]                               # (n, nbody, 3)
+  rel = body_vel[None, :, 3:] - linvel[:, None, :]
+  orbital = m.body_mass[None, :, None] * math.cross(arm, rel)
+  mask = jnp.asarray(_subtree_mask(m, ids), dtype=spin.dtype)
+  return mask @ spin + jnp.einsum("nb,nbi->ni", mask, orbital)
+
+
+def _tendonactfrc(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  tendon = m.actuator_trntype == TrnType.TENDON
+  select = (tendon[None, :] & (m.actuator_trnid[None, :, 0] == _objid(m, ids)[:, None]))
+  force = d.actuator_force[m.actuator_outadr]
+  return (jnp.asarray(select, dtype=force.dtype) @ force)[:, None]
+
+
+def _ray_hit(site_type: int, size: jax.Array, pnt: jax.Array, vec: jax.Array) -> jax.Array:
+  """Whether rays (..., 3) from pnt along vec, in a site's local frame, meet its volume
+  (mju_rayGeom(...) >= 0) for one GeomType; size (..., 3)."""
+  def quad(a, b, c):
+    """ray_quad's roots x0 <= x1 of a x^2 + 2 b x + c, (-1, -1) without real finite ones."""
+    det = b * b - a * c
+    ok = (det >= 0) & (a >= math.MINVAL)
+    root = jnp.sqrt(jnp.where(ok, det, 0.0))
+    a_safe = jnp.where(ok, a, 1.0)
+    return jnp.where(ok, (-b - root) / a_safe, -1.0), jnp.where(ok, (-b + root) / a_safe, -1.0)
+
+  dot = lambda u, v: jnp.sum(u * v, axis=-1)
+  r, h = size[..., 0], size[..., 1]
+  if site_type in (GeomType.SPHERE, GeomType.ELLIPSOID):
+    scale = 1.0 / (size * size) if site_type == GeomType.ELLIPSOID else 1.0 / (r * r)[..., None]
+    _, x1 = quad(dot(scale * vec, vec), dot(scale * vec, pnt), dot(scale * pnt, pnt) - 1.0)
+    return x1 >= 0
+  if site_type == GeomType.BOX:
+    hit = jnp.zeros(pnt.shape[:-1], dtype=bool)
+    for i, (j, k) in enumerate(((1, 2), (0, 2), (0, 1))):
+      moving = jnp.abs(vec[..., i]) > math.MINVAL
+      safe = jnp.where(moving, vec[..., i], 1.0)
+      for side in (-1.0, 1.0):
+        sol = (side * size[..., i] - pnt[..., i]) / safe
+        p0, p1 = pnt[..., j] + sol * vec[..., j], pnt[..., k] + sol * vec[..., k]
+        hit |= moving & (sol >= 0) & (jnp.abs(p0) <= size[..., j]) & (jnp.abs(p1) <= size[..., k])
+    return hit
+  # capsule and cylinder: the round side between the flat sides
+  x0, x1 = quad(vec[..., 0]**2 + vec[..., 1]**2,
+                vec[..., 0] * pnt[..., 0] + vec[..., 1] * pnt[..., 1],
+                pnt[..., 0]**2 + pnt[..., 1]**2 - r * r)
+  sol = jnp.where(x0 >= 0, x0, x1)
+  hit = (sol >= 0) & (jnp.abs(pnt[..., 2] + sol * vec[..., 2]) <= h)
+  if site_type == GeomType.CAPSULE:
+    for side in (-1.0, 1.0):
+      ldif = pnt - jnp.stack([jnp.zeros_like(h), jnp.zeros_like(h), side * h], axis=-1)
+      for x in quad(dot(vec, vec), dot(vec, ldif), dot(ldif, ldif) - r * r):
+        hit |= (x >= 0) & (side * (pnt[..., 2] + x * vec[..., 2]) >= h)
+    return hit
+  moving = jnp.abs(vec[..., 2]) > math.MINVAL
+  safe = jnp.where(moving, vec[..., 2], 1.0)
+  for side in (-1.0, 1.0):
+    sol = (side * h - pnt[..., 2]) / safe
+    p0, p1 = pnt[..., 0] + sol * vec[..., 0], pnt[..., 1] + sol * vec[..., 1]
+    hit |= moving & (sol >= 0) & (p0 * p0 + p1 * p1 <= r * r)
+  return hit
+
+
+def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """Normal forces of the contacts of the site's body whose normal ray, from the contact point
+  away from that body, meets the site's volume (n, 1)."""
+  site = _objid(m, ids)
+  out = jnp.zeros(len(ids), dtype=d.qvel.dtype)
+  if not m.nconmax:
+    return out[:, None]
+  geom = m.collision_geom[np.repeat(np.arange(m.ncollision), m.collision_connum)]
+  body1, body2 = m.geom_bodyid[geom[:, 0]], m.geom_bodyid[geom[:, 1]]    # (nconmax,)
+  body = m.site_bodyid[site][:, None]
+  on1, on2 = body == body1[None, :], body == body2[None, :]              # (n, nconmax)
+  normal = contact_force(m, d)[:, 0]
+  away = np.where(on2, -1.0, 1.0).astype(d.qpos.dtype)                   # no float64 promotion
+  ray = d.contact_frame[None, :, 0] * away[..., None]                      # (n, nconmax, 3)
+  mat = d.site_xmat[site]
+  pnt = jnp.einsum("nji,nkj->nki", mat, d.contact_pos[None] - d.site_xpos[site][:, None])
+  vec = jnp.einsum("nji,nkj->nki", mat, ray)
+  size = jnp.broadcast_to(m.site_size[site][:, None], pnt.shape)
+  hit = jnp.zeros(on1.shape, dtype=bool)
+  for site_type in np.unique(m.site_type[site]):
+    mine = (m.site_type[site] == site_type)[:, None]
+    hit = jnp.where(mine, _ray_hit(int(site_type), size, pnt, vec), hit)
+  use = (on1 | on2) & hit & (normal > 0)[None, :]
+  return jnp.sum(jnp.where(use, normal[None, :], 0.0), axis=-1)[:, None]
+
+
+_POS: dict[int, _Compute] = {
+    S.MAGNETOMETER: _magnetometer,
+    S.RANGEFINDER: lambda m, d, ids: jnp.full((len(ids), m.sensor_dim[ids[0]]), jnp.nan,
+                                              d.qpos.dtype),
+    S.JOINTPOS: lambda m, d, ids: d.qpos[m.jnt_qposadr[_objid(m, ids)]][:, None],
+    S.TENDONPOS: lambda m, d, ids: d.ten_length[_objid(m, ids)][:, None],
+    S.ACTUATORPOS: lambda m, d, ids: d.actuator_length[_outputs(m, ids)],
+    S.BALLQUAT: lambda m, d, ids: math.quat_normalize(
+        d.qpos[m.jnt_qposadr[_objid(m, ids)][:, None] + np.arange(4)[None, :]]),
+    S.JOINTLIMITPOS: lambda m, d, ids: _limit_value(m, d, ConstraintType.LIMIT_JOINT, ids,
+                                                    d.efc_pos - d.efc_margin),
+    S.TENDONLIMITPOS: lambda m, d, ids: _limit_value(m, d, ConstraintType.LIMIT_TENDON, ids,
+                                                     d.efc_pos - d.efc_margin),
+    S.FRAMEPOS: _framepos,
+    S.FRAMEQUAT: _framequat,
+    S.FRAMEXAXIS: _frame_axis(0),
+    S.FRAMEYAXIS: _frame_axis(1),
+    S.FRAMEZAXIS: _frame_axis(2),
+    S.SUBTREECOM: lambda m, d, ids: d.subtree_com[_objid(m, ids)],
+    S.E_KINETIC: lambda m, d, ids: jnp.broadcast_to(0.5 * d.qvel @ d.qM @ d.qvel, (len(ids), 1)),
+    S.CLOCK: lambda m, d, ids: jnp.broadcast_to(d.time, (len(ids), 1)),
+}
+
+_VEL: dict[int, _Compute] = {
+    S.VELOCIMETER: _site_velocity(angular=False),
+    S.GYRO: _site_velocity(angular=True),
+    S.JOINTVEL: lambda m, d, ids: d.qvel[m.jnt_dofadr[_objid(m, ids)]][:, None],
+    S.TENDONVEL: lambda m, d, ids: d.ten_velocity[_objid(m, ids)][:, None],
+    S.ACTUATORVEL: lambda m, d, ids: d.actuator_velocity[_outputs(m, ids)],
+    S.BALLANGVEL: lambda m, d, ids: d.qvel[m.jnt_dofadr[_objid(m, ids)][:, None]
+                                           + np.arange(3)[None, :]],
+    S.JOINTLIMITVEL: lambda m, d, ids: _limit_value(m, d, ConstraintType.LIMIT_JOINT, ids,
+                                                    d.efc_vel),
+    S.TENDONLIMITVEL: lambda m, d, ids: _limit_value(m, d, ConstraintType.LIMIT_TENDON, ids,
+                                                     d.efc_vel),
+    S.FRAMELINVEL: _frame_velocity(angular=False),
+    S.FRAMEANGVEL: _frame_velocity(angular=True),
+    S.SUBTREELINVEL: _subtreelinvel,
+    S.SUBTREEANGMOM: _subtreeangmom,
+}
+
+_ACC: dict[int, _Compute] = {
+    S.TOUCH: _touch,
+    S.ACCELEROMETER: _accelerometer,
+    S.FORCE: _site_wrench(torque=False),
+    S.TORQUE: _site_wrench(torque=True),
+    S.ACTUATORFRC: lambda m, d, ids: d.actuator_force[_outputs(m, ids)],
+    S.JOINTACTFRC: lambda m, d, ids: d.qfrc_actuator[m.jnt_dofadr[_objid(m, ids)]][:, None],
+    S.TENDONACTFRC: _tendonactfrc,
+    S.JOINTLIMITFRC: lambda m, d, ids: _limit_value(m, d, ConstraintType.LIMIT_JOINT, ids,
+                                                    d.efc_force),
+    S.TENDONLIMITFRC: lambda m, d, ids: _limit_value(m, d, ConstraintType.LIMIT_TENDON, ids,
+                                                     d.efc_force),
+    S.FRAMELINACC: _frame_acceleration(angular=False),
+    S.FRAMEANGACC: _frame_acceleration(angular=True),
+}
+
+# types whose values need cacc, cfrc_int and cfrc_ext (mj_sensorAcc's mj_rnePostConstraint call)
+_NEEDS_RNEPOST = (S.ACCELEROMETER, S.FORCE, S.TORQUE, S.FRAMELINACC, S.FRAMEANGACC)
+
+def _groups(m: Model, stage: Stage) -> list[tuple[int, np.ndarray]]:
+  """(type, sensor ids) of the stage's sensors, one group per type and dimension."""
+  mine = np.flatnonzero(m.sensor_needstage == stage) if m.nsensor else np.zeros(0, np.int64)
+  keys = sorted({(int(m.sensor_type[i]), int(m.sensor_dim[i])) for i in mine})
+  return [(t, mine[(m.sensor_type[mine] == t) & (m.sensor_dim[mine] == dim)]) for t, dim in keys]
+
+
+def _cutoff(m: Model, ids: np.ndarray, value: jax.Array) -> jax.Array:
+  """MuJoCo's apply_cutoff on (n, dim) values of sensors of one type."""
+  datatype = int(m.sensor_datatype[ids[0]])
+  if datatype not in (DataType.REAL, DataType.POSITIVE):
+    return value
+  cutoff = m.sensor_cutoff[ids][:, None]
+  clipped = jnp.minimum(value, cutoff)
+  if datatype == DataType.REAL:
+    clipped = jnp.maximum(clipped, -cutoff)
+  return jnp.where(cutoff > 0, clipped, value)
+
+
+def _stage(m: Model, d: Data, stage: Stage, table: dict[int, _Compute]) -> Data:
+  """Fills the sensordata of the stage's sensors (one vectorized computation per type)."""
+  groups = _groups(m, stage)
+  if not groups or m.opt.disabled(DisableBit.SENSOR):
+    return d
+  if stage == Stage.ACC and any(t in _NEEDS_RNEPOST for t, _ in groups):
+    d = rne_postconstraint(m, d)
+  sensordata = d.sensordata
+  for stype, ids in groups:
+    if stype not in table:
+      raise ValueError(f"sensor type {SensorType(stype).name} (sensors {ids.tolist()}) is not "
+                       "supported by flexor yet; remove it or disable sensors")
+    value = _cutoff(m, ids, table[stype](m, d, ids))
+    index = (m.sensor_adr[ids][:, None] + np.arange(value.shape[1])[None, :]).ravel()
+    sensordata = sensordata.at[index].set(value.ravel().astype(sensordata.dtype))
+  return d.replace(sensordata=sensordata)
+
+
+def sensor_pos(m: Model, d: Data) -> Data:
+  """Computes the sensordata of position-stage sensors (mj_sensorPos), after fwd_position."""
+  with jax.named_scope("sensor_pos"):
+    return _stage(m, d, Stage.POS, _POS)
+
+
+def sensor_vel(m: Model, d: Data) -> Data:
+  """Computes the sensordata of velocity-stage sensors (mj_sensorVel), after fwd_velocity."""
+  with jax.named_scope("sensor_vel"):
+    return _stage(m, d, Stage.VEL, _VEL)
+
+
+def sensor_acc(m: Model, d: Data) -> Data:
+  """Computes the sensordata of acceleration-stage sensors (mj_sensorAcc), after
+  fwd_constraint; runs rne_postconstraint first (cacc, cfrc_int, cfrc_ext) when accelerometer,
+  force, torque or frame acceleration sensors need it, as MuJoCo does."""
+  with jax.named_scope("sensor_acc"):
+    return _stage(m, d, Stage.ACC, _ACC)

@@ -1,0 +1,423 @@
+"""Sensors (flexor.sensor, flexor.mjcf.compile_sensor) against MuJoCo 4.0's mj_forward.
+
+* Conformance of sensordata per model and sensor type at random states: a model of our own with
+  every supported type, each frame object type and reference frame, cutoffs, joint and tendon
+  limits, connect and weld constraints and contacts with touch sites of every volume type
+  (pyramidal and elliptic cones), and dm_control models with sensors at states reached by
+  stepping MuJoCo (so feet and hands touch the floor).
+* The compiled sensor fields against MuJoCo's compiler.
+* jit and vmap, a gradient of framepos against central differences, DisableBit.SENSOR, and
+  MJCFError for an unknown attribute, a dangling reference and unsupported types.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import flexor
+import support
+from flexor import make_data
+from flexor.errors import MJCFError
+from flexor.forward import forward
+from flexor.types import DisableBit, Model, SensorType
+
+# Relative error |a - b| / (1 + |b|). Position and velocity sensors are short sums of products
+# (measured ~1e-15); acceleration, force and touch sensors follow the constraint solve, which
+# converges to MuJoCo's solution to its tolerance (measured ~2e-12 on humanoid's contacts).
+TOL = 1e-10
+NSTATE = 4
+
+_XML = """
+<mujoco model="sensors">
+  <option timestep="0.005" magnetic="0.1 -0.4 0.3" cone="{cone}"/>
+  <default><geom condim="{condim}"/></default>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1"/>
+    <site name="world_site" pos="0.1 0.2 0.3" euler="10 20 30"/>
+    <body name="arm" pos="0 0 1.2">
+      <joint name="hinge" axis="0 1 0" range="-1 1" limited="true" damping="0.1"/>
+      <geom name="upper" type="capsule" fromto="0 0 0 0.4 0 0" size="0.05"/>
+      <site name="s_upper" pos="0.2 0 0.05" type="box" size="0.06 0.06 0.06" euler="10 20 30"/>
+      <body name="fore" pos="0.4 0 0">
+        <joint name="slide" type="slide" axis="1 0 0" range="-0.1 0.1" limited="true"/>
+        <geom name="fore_geom" type="box" size="0.1 0.04 0.03" pos="0.1 0 0" euler="5 0 10"/>
+        <site name="s_fore" pos="0.2 0.01 0" euler="0 30 60"/>
+        <body name="wrist" pos="0.2 0 0">
+          <joint name="ball" type="ball" range="0 0.5" limited="true"/>
+          <geom name="hand" type="sphere" size="0.05" pos="0.05 0.02 0" mass="0.3"/>
+          <site name="s_hand" pos="0.05 0 0.01" euler="20 0 -40"/>
+        </body>
+      </body>
+    </body>
+    <body name="box" pos="0.8 0 0.1">
+      <freejoint name="box_free"/>
+      <geom name="box_geom" type="box" size="0.1 0.15 0.1"/>
+      <site name="t_box" type="box" size="0.12 0.17 0.04" pos="0 0 -0.08"/>
+      <site name="t_sphere" type="sphere" size="0.25"/>
+      <site name="t_far" type="sphere" size="0.05" pos="0 0 0.3"/>
+    </body>
+    <body name="ball_body" pos="-0.6 0 0.1">
+      <freejoint/>
+      <geom name="ball_geom" type="sphere" size="0.1"/>
+      <site name="t_ellipsoid" type="ellipsoid" size="0.12 0.1 0.05" pos="0 0 -0.1"/>
+      <site name="t_cylinder" type="cylinder" size="0.05 0.02" pos="0 0 -0.13"/>
+      <site name="t_capsule" type="capsule" size="0.03 0.1" pos="0 0 -0.2" euler="0 90 0"/>
+    </body>
+    <body name="pend" pos="0 1 1">
+      <freejoint/>
+      <geom name="pend_geom" type="capsule" fromto="0 0 0 0 0 -0.4" size="0.03"/>
+      <site name="s_pend" pos="0 0 -0.1" euler="30 0 0"/>
+    </body>
+    <body name="welded" pos="0 -1 1">
+      <freejoint/>
+      <geom type="box" size="0.05 0.05 0.05"/>
+      <site name="s_welded" pos="0.05 0 0"/>
+    </body>
+  </worldbody>
+  <tendon>
+    <fixed name="fixed" limited="true" range="-0.05 0.3">
+      <joint joint="hinge" coef="1"/><joint joint="slide" coef="0.5"/>
+    </fixed>
+    <spatial name="spatial"><site site="s_upper"/><site site="s_hand"/></spatial>
+  </tendon>
+  <equality>
+    <connect body1="pend" anchor="0 0 0"/>
+    <weld body1="welded" body2="pend" torquescale="2"/>
+  </equality>
+  <actuator>
+    <motor name="m_hinge" joint="hinge" gear="2"/>
+    <position name="p_slide" joint="slide" kp="10"/>
+    <motor name="m_fixed" tendon="fixed"/>
+    <general name="g_fixed" tendon="fixed" gainprm="3"/>
+  </actuator>
+  <sensor>
+    <jointpos joint="hinge"/>
+    <jointpos joint="slide" cutoff="0.05"/>
+    <jointvel joint="hinge" cutoff="0.5"/>
+    <tendonpos tendon="fixed"/>
+    <tendonpos tendon="spatial"/>
+    <tendonvel tendon="spatial"/>
+    <actuatorpos actuator="m_hinge"/>
+    <actuatorvel actuator="p_slide"/>
+    <actuatorfrc actuator="p_slide"/>
+    <actuatorfrc actuator="m_fixed" cutoff="0.2"/>
+    <jointactuatorfrc joint="hinge"/>
+    <tendonactuatorfrc tendon="fixed"/>
+    <ballquat joint="ball"/>
+    <ballangvel joint="ball"/>
+    <jointlimitpos joint="hinge"/>
+    <jointlimitpos joint="ball"/>
+    <jointlimitvel joint="slide"/>
+    <jointlimitfrc joint="hinge"/>
+    <jointlimitfrc joint="ball"/>
+    <tendonlimitpos tendon="fixed"/>
+    <tendonlimitvel tendon="fixed"/>
+    <tendonlimitfrc tendon="fixed"/>
+    <framepos objtype="body" objname="fore"/>
+    <framepos objtype="xbody" objname="fore" reftype="site" refname="s_upper"/>
+    <framepos objtype="geom" objname="hand" reftype="body" refname="box" cutoff="0.3"/>
+    <framepos objtype="site" objname="world_site"/>
+    <framequat objtype="body" objname="wrist"/>
+    <framequat objtype="geom" objname="fore_geom" reftype="xbody" refname="wrist"/>
+    <framequat objtype="site" objname="s_hand" reftype="geom" refname="upper"/>
+    <framexaxis objtype="site" objname="s_fore"/>
+    <frameyaxis objtype="xbody" objname="box" reftype="site" refname="s_hand"/>
+    <framezaxis objtype="geom" objname="fore_geom" reftype="body" refname="arm"/>
+    <framelinvel objtype="site" objname="s_hand"/>
+    <framelinvel objtype="body" objname="wrist" reftype="site" refname="s_upper"/>
+    <framelinvel objtype="site" objname="world_site" reftype="xbody" refname="fore"/>
+    <frameangvel objtype="geom" objname="hand" reftype="xbody" refname="box"/>
+    <frameangvel objtype="xbody" objname="ball_body"/>
+    <framelinacc objtype="site" objname="s_hand"/>
+    <framelinacc objtype="body" objname="box"/>
+    <frameangacc objtype="geom" objname="fore_geom"/>
+    <frameangacc objtype="site" objname="world_site"/>
+    <subtreecom body="arm"/>
+    <subtreecom body="world"/>
+    <subtreelinvel body="fore"/>
+    <subtreelinvel body="world"/>
+    <subtreeangmom body="arm"/>
+    <subtreeangmom body="world"/>
+    <accelerometer site="s_fore"/>
+    <accelerometer site="s_pend"/>
+    <velocimeter site="s_hand"/>
+    <gyro site="s_fore" cutoff="1"/>
+    <force site="s_fore"/>
+    <force site="s_pend"/>
+    <force site="s_welded"/>
+    <torque site="s_hand"/>
+    <torque site="s_welded"/>
+    <torque site="t_box"/>
+    <magnetometer site="s_hand"/>
+    <touch site="t_box"/>
+    <touch site="t_sphere" cutoff="5"/>
+    <touch site="t_far"/>
+    <touch site="t_ellipsoid"/>
+    <touch site="t_cylinder"/>
+    <touch site="t_capsule"/>
+    <e_kinetic/>
+    <clock/>
+  </sensor>
+</mujoco>
+"""
+
+OWN = {"own/pyramidal": _XML.format(cone="pyramidal", condim=3),
+       "own/elliptic": _XML.format(cone="elliptic", condim=6)}
+# the elliptic model's solver program takes ~100 s to compile: slow tier
+OWN_SLOW = ("own/elliptic",)
+DMC = ("dmc/walker",)
+DMC_SLOW = ("dmc/humanoid", "dmc/finger", "dmc/hopper", "dmc/dog", "dmc/manipulator", "dmc/stacker", "dmc/swimmer", "dmc/fish",
+            "dmc/cheetah", "dmc/quadruped", "dmc/humanoid_CMU")
+
+
+def _own_states(m: mujoco.MjModel, rng: np.random.Generator) -> list[mujoco.MjData]:
+  """Random poses of our model: joints around and past their limits, the free box and ball
+  resting slightly inside the floor, pendulum and welded body off their constraints."""
+  states = []
+  for _ in range(NSTATE):
+    d = mujoco.MjData(m)
+    d.qpos[0] = rng.uniform(-1.2, 1.2)
+    d.qpos[1] = rng.uniform(-0.15, 0.15)
+    axis = rng.standard_normal(3)
+    angle = rng.uniform(0.0, 0.8)
+    d.qpos[2:6] = np.concatenate([[np.cos(angle / 2)],
+                                  np.sin(angle / 2) * axis / np.linalg.norm(axis)])
+    quat = rng.standard_normal(4) * np.array([5.0, 0.3, 0.3, 0.3])
+    d.qpos[6:13] = np.concatenate([[0.8, 0.0, 0.1 - rng.uniform(0, 0.003)],
+                                   quat / np.linalg.norm(quat)])
+    quat = rng.standard_normal(4)
+    d.qpos[13:20] = np.concatenate([[-0.6, 0.0, 0.1 - rng.uniform(0, 0.003)],
+                                    quat / np.linalg.norm(quat)])
+    d.qpos[20:27] = np.concatenate([[0.02, 1.0, 0.98], [1.0, 0.05, 0.0, 0.0]])
+    d.qpos[27:34] = np.concatenate([[0.0, -1.01, 1.0], [1.0, 0.0, 0.03, 0.0]])
+    d.qvel[:] = rng.standard_normal(m.nv)
+    d.ctrl[:] = rng.uniform(-1, 1, m.nu)
+    d.time = rng.uniform(0, 10)
+    mujoco.mj_forward(m, d)
+    states.append(d)
+  return states
+
+
+def _stepped_states(m: mujoco.MjModel, rng: np.random.Generator) -> list[mujoco.MjData]:
+  """States reached by stepping MuJoCo under random controls, with a random velocity kick."""
+  d = mujoco.MjData(m)
+  states = []
+  for _ in range(NSTATE):
+    for _ in range(100):
+      d.ctrl[:] = rng.uniform(-1, 1, m.nu)
+      mujoco.mj_step(m, d)
+    d.qvel[:] += 0.3 * rng.standard_normal(m.nv)
+    mujoco.mj_forward(m, d)
+    states.append(mujoco.MjData(m))
+    for name in ("qpos", "qvel", "act", "ctrl", "sensordata"):
+      getattr(states[-1], name)[:] = getattr(d, name)
+    states[-1].time = d.time
+  return states
+
+
+def _load(name: str) -> tuple[mujoco.MjModel, Model]:
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")   # narrow-phase pairs flexor leaves out, rangefinders
+    if name in OWN:
+      return mujoco.MjModel.from_xml_string(OWN[name]), flexor.load_mjcf_string(OWN[name])
+    path = support.model_paths()[name]
+    return mujoco.MjModel.from_xml_path(path), flexor.load_mjcf(path)
+
+
+_forward = jax.jit(forward)
+
+
+@functools.cache
+def _case(name: str) -> tuple[mujoco.MjModel, Model, np.ndarray, np.ndarray]:
+  """(MuJoCo model, flexor model, flexor sensordata, MuJoCo sensordata), (NSTATE, nsensordata)."""
+  mj, fm = _load(name)
+  rng = np.random.default_rng(0)
+  states = _own_states(mj, rng) if name in OWN else _stepped_states(mj, rng)
+  ours, theirs = [], []
+  for s in states:
+    d = make_data(fm)
+    d = d.replace(**{k: jnp.asarray(getattr(s, k), d.qpos.dtype) for k in ("qpos", "qvel", "act",
+                                                                           "ctrl", "time")})
+    ours.append(np.asarray(_forward(fm, d).sensordata))
+    theirs.append(np.array(s.sensordata))
+  return mj, fm, np.stack(ours), np.stack(theirs)
+
+
+def _types(name: str) -> list[str]:
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    m = mujoco.MjModel.from_xml_string(OWN[name]) if name in OWN else \
+        mujoco.MjModel.from_xml_path(support.model_paths()[name])
+  return sorted({SensorType(int(t)).name.lower() for t in m.sensor_type} - {"rangefinder"})
+
+
+def _cases():
+  cases = []
+  default = tuple(n for n in OWN if n not in OWN_SLOW) + DMC
+  for names, marks in ((default, ()), (OWN_SLOW + DMC_SLOW, pytest.mark.slow)):
+    for name in names:
+      cases += [pytest.param(name, t, id=f"{name}-{t}", marks=marks) for t in _types(name)]
+  return cases
+
+
+@pytest.mark.parametrize("model,sensor", _cases())
+def test_conformance(model: str, sensor: str):
+  mj, _, ours, theirs = _case(model)
+  for i in np.flatnonzero(mj.sensor_type == SensorType[sensor.upper()]):
+    adr, dim = mj.sensor_adr[i], mj.sensor_dim[i]
+    err = support.relerr(ours[:, adr:adr + dim], theirs[:, adr:adr + dim])
+    assert err <= TOL, (f"{model}: {sensor} sensor {i} relative error {err:.2e}\n"
+                        f"{ours[:, adr:adr + dim]}\n{theirs[:, adr:adr + dim]}")
+
+
+@pytest.mark.parametrize("model", ["own/pyramidal", *DMC] + [
+    pytest.param(name, marks=pytest.mark.slow) for name in OWN_SLOW + DMC_SLOW])
+def test_compiled_fields(model: str):
+  """sensor_* fields, sizes and names against MuJoCo's compiler."""
+  mj, fm = _load(model)
+  assert (fm.nsensor, fm.nsensordata) == (mj.nsensor, mj.nsensordata)
+  for field in ("type", "datatype", "needstage", "objtype", "objid", "reftype", "refid", "dim",
+                "adr", "cutoff", "noise"):
+    np.testing.assert_array_equal(np.asarray(getattr(fm, f"sensor_{field}")),
+                                  getattr(mj, f"sensor_{field}"), err_msg=field)
+  names = tuple(mujoco.mj_id2name(mj, mujoco.mjtObj.mjOBJ_SENSOR, i) or ""
+                for i in range(mj.nsensor))
+  assert fm.names_sensor == names
+
+
+def test_own_model_exercises_contacts_and_limits():
+  """The conformance states of our model have touching contacts and active limits."""
+  mj, fm, ours, _ = _case("own/pyramidal")
+  touch = np.flatnonzero(mj.sensor_type == SensorType.TOUCH)
+  values = ours[:, mj.sensor_adr[touch]]
+  assert np.count_nonzero(values > 0) >= NSTATE and np.count_nonzero(values == 0) >= NSTATE
+  limit = np.flatnonzero(mj.sensor_type == SensorType.JOINTLIMITFRC)
+  assert np.count_nonzero(ours[:, mj.sensor_adr[limit]]) > 0
+  assert fm.nconmax and fm.neq
+
+
+_GRAD_XML = """
+<mujoco>
+  <worldbody>
+    <body name="a"><joint name="h1" axis="0 1 0"/>
+      <geom fromto="0 0 0 0.3 0 0" size="0.03" type="capsule"/>
+      <body pos="0.3 0 0"><joint name="h2" axis="1 0 1"/><geom size="0.05" pos="0.1 0 0"/>
+        <site name="tip" pos="0.2 0.05 0"/></body></body>
+    <site name="ref" pos="0.1 0.2 0.3" euler="0 40 20"/>
+  </worldbody>
+  <sensor><framepos objtype="site" objname="tip" reftype="site" refname="ref"/>
+    <framelinvel objtype="site" objname="tip"/><clock name="clock"/></sensor>
+</mujoco>
+"""
+
+
+def test_vmap_equals_loop_and_named_lookup():
+  fm = flexor.load_mjcf_string(_GRAD_XML)
+  rng = np.random.default_rng(1)
+  qpos, qvel = rng.standard_normal((3, 2)), rng.standard_normal((3, 2))
+  batch = make_data(fm, batch_shape=(3,)).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel),
+                                                  time=jnp.arange(3.0))
+  out = jax.vmap(_forward, in_axes=(None, 0))(fm, batch).sensordata
+  for k in range(3):
+    one = _forward(fm, make_data(fm).replace(qpos=jnp.asarray(qpos[k]), qvel=jnp.asarray(qvel[k]),
+                                             time=jnp.asarray(float(k))))
+    np.testing.assert_allclose(np.asarray(out[k]), np.asarray(one.sensordata), rtol=1e-12,
+                               atol=1e-12)
+  clock = fm.sensor_adr[fm.name2id("sensor", "clock")]
+  np.testing.assert_array_equal(np.asarray(out[:, clock]), [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("integrator", ["Euler", "RK4"])
+def test_sensordata_after_step(integrator: str):
+  """After mj_step, sensordata holds the values of the step's first forward: RK4's
+  intermediate stages skip the sensors."""
+  xml = _GRAD_XML.replace("<worldbody>", f"<option integrator='{integrator}'/><worldbody>")
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  md.qpos[:], md.qvel[:] = (0.3, -0.5), (1.0, 2.0)
+  fm = flexor.load_mjcf_string(xml)
+  d = make_data(fm).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  mujoco.mj_step(mj, md)
+  ours = jax.jit(flexor.step)(fm, d).sensordata
+  np.testing.assert_allclose(np.asarray(ours), md.sensordata, rtol=TOL, atol=TOL)
+
+
+def test_disabled_sensors_leave_sensordata():
+  fm = flexor.load_mjcf_string(_GRAD_XML.replace("<worldbody>", "<option><flag sensor='disable'/>"
+                                                 "</option><worldbody>"))
+  assert fm.opt.disabled(DisableBit.SENSOR)
+  d = _forward(fm, make_data(fm).replace(qvel=jnp.ones(2), time=jnp.asarray(3.0)))
+  assert not np.any(np.asarray(d.sensordata))
+
+
+def test_framepos_gradient_matches_central_differences():
+  fm = flexor.load_mjcf_string(_GRAD_XML)
+  d0 = make_data(fm)
+
+  @jax.jit
+  def pos(qpos):
+    return flexor.forward(fm, d0.replace(qpos=qpos, qvel=jnp.ones_like(d0.qvel))).sensordata[:3]
+
+  qpos = jnp.array([0.3, -0.7])
+  jac = np.asarray(jax.jit(jax.jacrev(pos))(qpos))
+  eps = 1e-6
+  fd = np.stack([(np.asarray(pos(qpos.at[i].add(eps))) - np.asarray(pos(qpos.at[i].add(-eps))))
+                 / (2 * eps) for i in range(2)], axis=1)
+  np.testing.assert_allclose(jac, fd, atol=1e-8)
+  # framelinvel = d(framepos in world)/dt; with qvel = 1 its value is the sum of the columns
+  # of the world-frame position Jacobian
+  out = flexor.forward(fm, d0.replace(qpos=qpos, qvel=jnp.ones(2)))
+  mat = np.asarray(out.site_xmat[fm.name2id("site", "ref")])
+  np.testing.assert_allclose(mat @ jac.sum(axis=1), np.asarray(out.sensordata[3:6]), atol=1e-8)
+
+
+def _sensor_xml(sensor: str) -> str:
+  return ("<mujoco>\n<worldbody>\n<body name='b'>\n<joint name='j'/>\n"
+          "<geom name='g' size='0.1'/>\n<site name='s'/>\n</body>\n</worldbody>\n<sensor>\n"
+          f"{sensor}\n</sensor>\n</mujoco>")
+
+
+@pytest.mark.parametrize("sensor,element,attribute,match", [
+    ("<jointpos joint='j' bogus='1'/>", "jointpos", "bogus", "bogus"),
+    ("<jointpos joint='nope'/>", "jointpos", "joint", "unknown joint 'nope'"),
+    ("<framepos objtype='site' objname='nope'/>", "framepos", "objname", "unknown site"),
+    ("<framepos objtype='site' objname='s' reftype='geom' refname='nope'/>", "framepos",
+     "refname", "unknown geom"),
+    ("<distance geom1='g' geom2='g'/>", "distance", None, "not supported by flexor yet"),
+    ("<e_potential/>", "e_potential", None, "not supported by flexor yet"),
+    ("<framepos objtype='camera' objname='c'/>", "framepos", "objtype", "not supported"),
+    ("<jointpos joint='j' noise='-1'/>", "jointpos", "noise", "negative noise"),
+    ("<framequat objtype='site' objname='s' cutoff='1'/>", "framequat", "cutoff", "cutoff"),
+    ("<ballquat joint='j'/>", "ballquat", "joint", "ball"),
+    ("<jointlimitpos joint='j'/>", "jointlimitpos", "joint", "limited"),
+    ("<jointpos joint='j' nsample='3'/>", "jointpos", "nsample", "history"),
+])
+def test_errors(sensor: str, element: str, attribute: str | None, match: str):
+  with pytest.raises(MJCFError, match=match) as info:
+    flexor.load_mjcf_string(_sensor_xml(sensor))
+  assert (info.value.line, info.value.element, info.value.attribute) == (10, element, attribute)
+
+
+def test_repeated_name():
+  with pytest.raises(MJCFError, match="repeated sensor name"):
+    flexor.load_mjcf_string(_sensor_xml("<jointpos name='x' joint='j'/>\n"
+                                        "<jointvel name='x' joint='j'/>"))
+
+
+def test_rangefinder_loads_with_warning_and_reads_nan():
+  """dm_control's quadruped has site rangefinders: the model loads (MuJoCo's fields and
+  addresses), with a warning, and their sensordata is NaN rather than a wrong number."""
+  xml = _sensor_xml("<rangefinder site='s' data='dist normal'/>\n<jointpos joint='j'/>")
+  with pytest.warns(UserWarning, match="rangefinder"):
+    fm = flexor.load_mjcf_string(xml)
+  mj = mujoco.MjModel.from_xml_string(xml)
+  np.testing.assert_array_equal(fm.sensor_adr, mj.sensor_adr)
+  out = np.asarray(_forward(fm, make_data(fm)).sensordata)
+  assert np.all(np.isnan(out[:4])) and out[4] == 0.0
