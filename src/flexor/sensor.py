@@ -231,10 +231,10 @@ def _magnetometer(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
 
 
 def _subtree_mask(m: Model, ids: np.ndarray) -> np.ndarray:
-  """(n, nbody) 0/1: the bodies of each sensor's subtree (the world's holds every body)."""
-  mask = tree.subtree_mask(m.body_parentid)
-  mask[0] = True
-  return mask[_objid(m, ids)].astype(np.float64)
+  """(n, nbody) bool: the bodies of each sensor's subtree (the world's holds every body)."""
+  objid = _objid(m, ids)
+  # body_subtree leaves the world's row empty (no tree sum needs it); a sensor on it sums all.
+  return np.where((objid == 0)[:, None], True, m.body_subtree[objid])
 
 
 def _body_velocity(m: Model, d: Data) -> jax.Array:
@@ -245,8 +245,7 @@ def _body_velocity(m: Model, d: Data) -> jax.Array:
 
 def _subtree_linvel(m: Model, d: Data, ids: np.ndarray, body_vel: jax.Array) -> jax.Array:
   """Linear velocity of the centre of mass of each sensor's subtree (n, 3) (mj_subtreeVel)."""
-  mask = jnp.asarray(_subtree_mask(m, ids), dtype=body_vel.dtype)
-  momentum = mask @ (m.body_mass[:, None] * body_vel[:, 3:])
+  momentum = tree.masked_sum(_subtree_mask(m, ids), m.body_mass[:, None] * body_vel[:, 3:])
   mass = jnp.maximum(math.MINVAL, m.body_subtreemass[_objid(m, ids)])
   return momentum / mass[:, None]
 
@@ -266,8 +265,8 @@ def _subtreeangmom(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   arm = d.xipos[None, :, :] - com[:, None, :]                               # (n, nbody, 3)
   rel = body_vel[None, :, 3:] - linvel[:, None, :]
   orbital = m.body_mass[None, :, None] * math.cross(arm, rel)
-  mask = jnp.asarray(_subtree_mask(m, ids), dtype=spin.dtype)
-  return mask @ spin + jnp.einsum("nb,nbi->ni", mask, orbital)
+  mask = _subtree_mask(m, ids)
+  return tree.masked_sum(mask, spin) + jnp.einsum("nb,nbi->ni", mask.astype(spin.dtype), orbital)
 
 
 def _tendonactfrc(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
