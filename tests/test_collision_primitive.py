@@ -236,3 +236,272 @@ def test_vmap_equals_single():
   for s in range(0, len(args[0]), 40):
     for b, x in zip(batched, single(*(a[s] for a in args))):
       np.testing.assert_allclose(np.asarray(b[s]), np.asarray(x), rtol=0, atol=1e-12)
+
+
+#------------------------------------ finiteness of values and gradients ---------------------------
+
+N_ROBUST = 1000  # configurations per pair in the finiteness test
+_ROBUST_KINDS = ("separated", "near", "coincident", "coincident-aligned", "parallel",
+                 "antiparallel", "axis-aligned", "on-axis", "extreme-sizes", "zero")
+
+
+def _axis_rotations() -> np.ndarray:
+  """The 24 proper rotations that map coordinate axes onto coordinate axes, (24, 3, 3), exact."""
+  out = []
+  for perm in ((0, 1, 2), (1, 2, 0), (2, 0, 1), (0, 2, 1), (2, 1, 0), (1, 0, 2)):
+    for signs in np.ndindex(2, 2, 2):
+      m = np.zeros((3, 3))
+      m[np.arange(3), perm] = np.where(np.array(signs) == 1, -1.0, 1.0)
+      if np.linalg.det(m) > 0:
+        out.append(m)
+  return np.array(out)
+
+
+def _rand_mat(rng: np.random.Generator) -> np.ndarray:
+  q = _rand_quat(rng)
+  m = np.zeros(9)
+  mujoco.mju_quat2Mat(m, q)
+  return m.reshape(3, 3)
+
+
+def _rand_size(rng: np.random.Generator, t: G, lo: float, hi: float) -> np.ndarray:
+  s = np.exp(rng.uniform(np.log(lo), np.log(hi), 3))
+  if t in (G.SPHERE,):
+    s[1:] = 0.0
+  elif t in (G.CAPSULE, G.CYLINDER):
+    s[2] = 0.0
+  elif t == G.PLANE:
+    s[:] = 1.0
+  return s
+
+
+def _reach(t: G, size: np.ndarray) -> float:
+  """Bounding radius of a geom (0 for a plane); size (3,) or (3, N)."""
+  if t == G.PLANE:
+    return 0.0 * size[0]
+  if t == G.SPHERE:
+    return size[0]
+  if t in (G.CAPSULE, G.CYLINDER):
+    return size[0] + size[1]
+  return np.linalg.norm(size, axis=0)
+
+
+def _robust_configs(t1: G, t2: G, n: int, seed: int):
+  """n collider inputs (stacked) and each one's kind index into _ROBUST_KINDS: random separated
+  and touching poses, coincident centres, (anti-)parallel axes, axis-aligned poses with faces,
+  edges and corners exactly touching, offsets exactly along an axis, tiny to large sizes, and
+  everything at the origin with identity rotations."""
+  rng = np.random.default_rng(seed)
+  rots = _axis_rotations()
+  flips = np.array([np.diag([1.0, -1.0, -1.0]), np.diag([-1.0, 1.0, -1.0]),
+                    np.diag([-1.0, -1.0, 1.0])])
+  inputs, kinds = [], []
+  for k in range(n):
+    kind = k % len(_ROBUST_KINDS)
+    name = _ROBUST_KINDS[kind]
+    lo, hi = (1e-6, 1e2) if name == "extreme-sizes" else (0.02, 0.5)
+    s1, s2 = _rand_size(rng, t1, lo, hi), _rand_size(rng, t2, lo, hi)
+    r1, r2 = _reach(t1, s1), _reach(t2, s2)
+    reach = r1 + r2
+    p1 = rng.uniform(-1, 1, 3) if rng.uniform() < 0.5 else np.zeros(3)
+    m1 = _rand_mat(rng) if rng.uniform() < 0.5 else rots[rng.integers(24)]
+    m2 = _rand_mat(rng)
+    d = rng.normal(size=3)
+    d /= np.linalg.norm(d)
+    if t1 == G.PLANE:  # offsets along the plane normal matter
+      d = m1[:, 2] * rng.choice([-1.0, 1.0]) if rng.uniform() < 0.5 else d
+    if name == "separated":
+      off = d * (reach * rng.uniform(1.05, 3.0) + rng.uniform(0.01, 1.0))
+    elif name in ("near", "extreme-sizes"):
+      off = d * reach * rng.uniform(0.0, 1.1)
+    elif name == "coincident":
+      off = np.zeros(3)
+      m2 = m1 if rng.uniform() < 0.3 else m2
+    elif name == "coincident-aligned":
+      off = np.zeros(3)
+      m2 = m1 @ flips[rng.integers(3)] if rng.uniform() < 0.5 else m1
+    elif name in ("parallel", "antiparallel"):
+      m2 = m1 if name == "parallel" else m1 @ flips[rng.integers(3)]
+      if rng.uniform() < 0.5:  # exactly along or across the common axes
+        off = m1 @ (np.round(rng.uniform(-1, 1, 3) * reach, 2) * (rng.uniform(size=3) < 0.5))
+      else:
+        off = d * reach * rng.uniform(0.0, 1.2)
+    elif name == "axis-aligned":
+      m1, m2 = rots[rng.integers(24)], rots[rng.integers(24)]
+      # faces (one axis), edges (two) or corners (three) exactly touching, or overlapping
+      ext1 = np.abs(m1) @ (s1 if t1 != G.PLANE else np.zeros(3))
+      ext2 = np.abs(m2) @ s2
+      mask = rng.uniform(size=3) < 0.5
+      off = np.where(mask, rng.choice([-1.0, 1.0], 3) * (ext1 + ext2), 0.0)
+      off *= rng.choice([1.0, 1.0, 0.5, 0.0])
+      p1 = np.round(p1, 1)
+    elif name == "on-axis":
+      m = m1 if rng.uniform() < 0.5 else m2
+      off = m[:, rng.integers(3)] * rng.choice([-1.0, 1.0]) * reach * rng.choice([0.0, 0.5, 1.0,
+                                                                                    2.0])
+      m2 = m2 if rng.uniform() < 0.5 else m1
+    else:  # "zero": origin, identity rotations, unit, tiny or zero sizes
+      p1, off = np.zeros(3), np.zeros(3)
+      m1 = m2 = np.eye(3)
+      scale = rng.choice([0.0, 1e-9, 1.0])
+      s1, s2 = s1 * scale if t1 != G.PLANE else s1, s2 * scale
+    if name == "extreme-sizes" and rng.uniform() < 0.3:  # a zero radius, half-length or side
+      (s1 if t1 != G.PLANE and rng.uniform() < 0.5 else s2)[rng.integers(2)] = 0.0
+    margin = rng.choice([0.0, 0.0, 0.01, 0.1])
+    inputs.append((p1, m1, s1, p1 + off, m2, s2, margin))
+    kinds.append(kind)
+  args = [np.stack([x[i] for x in inputs]).astype(np.float64) for i in range(7)]
+  return args, np.array(kinds)
+
+
+@functools.cache
+def _value_and_vjp(t1: int, t2: int):
+  """jit(vmap) of the collider and the gradients w.r.t. all 7 inputs of a weighted sum of dist,
+  pos and frame over all slots and over the existing slots only (one vjp, two cotangents)."""
+  collider = cp.COLLIDERS[(t1, t2)]
+
+  def run(args, w):
+    def f(*a):
+      dist, pos, frame, exist = collider(*a)
+      return (dist, pos, frame), exist
+    out, vjp, exist = jax.vjp(f, *args, has_aux=True)
+    masked = tuple(jnp.where(exist.reshape(exist.shape + (1,) * (x.ndim - 1)), x, 0.0) for x in w)
+    grads = jax.vmap(vjp)(jax.tree.map(lambda a, b: jnp.stack([a, b]), w, masked))
+    return out, exist, jax.tree.map(lambda g: g[0], grads), jax.tree.map(lambda g: g[1], grads)
+  return jax.jit(jax.vmap(run, (0, None)))
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{_NAME[p[0]]}-{_NAME[p[1]]}")
+def test_finite_values_and_gradients(pair):
+  """No NaN or inf in any output slot (existing or not) or in the gradient of a random weighted
+  sum of the outputs w.r.t. positions, rotations, sizes and margin, over N_ROBUST random and
+  degenerate configurations per pair."""
+  t1, t2 = int(pair[0]), int(pair[1])
+  args, kinds = _robust_configs(pair[0], pair[1], N_ROBUST, seed=100 + t1 * 10 + t2)
+  k = cp.MAX_CONTACTS[(t1, t2)]
+  rng = np.random.default_rng(t1 * 10 + t2)
+  w = (rng.normal(size=k), rng.normal(size=(k, 3)), rng.normal(size=(k, 3, 3)))
+  (dist, pos, frame), exist, g_all, g_exist = jax.tree.map(
+      np.asarray, _value_and_vjp(t1, t2)(tuple(args), w))
+  assert exist.any() and not exist.all(), "configurations must cover contact and no contact"
+  names = ("pos1", "mat1", "size1", "pos2", "mat2", "size2", "margin")
+  checks = [("dist", dist), ("pos", pos), ("frame", frame)]
+  checks += [(f"d/d{n} (all slots)", g) for n, g in zip(names, g_all)]
+  checks += [(f"d/d{n} (existing slots)", g) for n, g in zip(names, g_exist)]
+  failures = []
+  for label, x in checks:
+    bad = ~np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+    if bad.any():
+      failures.append(f"{label}: {bad.sum()} configs, kinds "
+                      f"{sorted({_ROBUST_KINDS[i] for i in kinds[bad]})}, "
+                      f"e.g. {np.nonzero(bad)[0][:5]}")
+  assert not failures, "\n".join(failures)
+
+
+def _point_distance(t: G, p: np.ndarray, pos: np.ndarray, mat: np.ndarray,
+                    size: np.ndarray) -> np.ndarray:
+  """Distance from points p (N, 3) outside geoms of type t (poses (N, 3), (N, 3, 3), sizes
+  (N, 3)) to the geoms' surfaces."""
+  loc = np.einsum("nji,nj->ni", mat, p - pos)
+  if t == G.SPHERE:
+    return np.linalg.norm(loc, axis=1) - size[:, 0]
+  if t == G.CAPSULE:
+    loc[:, 2] -= np.clip(loc[:, 2], -size[:, 1], size[:, 1])
+    return np.linalg.norm(loc, axis=1) - size[:, 0]
+  if t == G.CYLINDER:
+    dx = np.maximum(np.linalg.norm(loc[:, :2], axis=1) - size[:, 0], 0)
+    dz = np.maximum(np.abs(loc[:, 2]) - size[:, 1], 0)
+    return np.hypot(dx, dz)
+  return np.linalg.norm(loc - np.clip(loc, -size, size), axis=1)  # box
+
+
+def _reference_distance(t1: G, t2: G, args: list[np.ndarray]) -> np.ndarray:
+  """Exact signed distances (N,) of separated pairs, NaN for box-box."""
+  p1, m1, s1, p2, m2, s2, _ = args
+  if t1 == G.PLANE:  # height of geom 2's centre minus its support along -normal
+    n = m1[:, :, 2]
+    c = np.abs(np.einsum("ni,nij->nj", n, m2))  # |normal . axis j of geom 2|
+    support = {G.SPHERE: s2[:, 0], G.CAPSULE: s2[:, 0] + s2[:, 1] * c[:, 2],
+               G.CYLINDER: s2[:, 1] * c[:, 2] + s2[:, 0] * np.sqrt(np.maximum(1 - c[:, 2]**2, 0)),
+               G.BOX: np.sum(s2 * c, axis=1)}[t2]
+    return np.einsum("ni,ni->n", n, p2 - p1) - support
+  if t1 == G.SPHERE:
+    return _point_distance(t2, p1, p2, m2, s2) - s1[:, 0]
+  if t1 == G.CAPSULE:  # the distance to a convex set is convex along the segment: ternary search
+    lo, hi = -s1[:, 1], s1[:, 1].copy()
+    f = lambda x: _point_distance(t2, p1 + m1[:, :, 2] * x[:, None], p2, m2, s2)
+    for _ in range(100):
+      a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+      left = f(a) < f(b)
+      lo, hi = np.where(left, lo, a), np.where(left, b, hi)
+    return f((lo + hi) / 2) - s1[:, 0]
+  return np.full(len(p1), np.nan)
+
+
+def _separated_configs(t1: G, t2: G, n: int, seed: int):
+  """n random pairs separated by 0.001 to 1 (m) beyond their bounding spheres, margin 0."""
+  rng = np.random.default_rng(seed)
+  inputs = []
+  for _ in range(n):
+    s1, s2 = _rand_size(rng, t1, 0.02, 0.5), _rand_size(rng, t2, 0.02, 0.5)
+    m1, m2 = _rand_mat(rng), _rand_mat(rng)
+    p1 = rng.uniform(-1, 1, 3)
+    d = rng.normal(size=3)
+    d /= np.linalg.norm(d)
+    if t1 == G.PLANE:  # above the plane
+      d = m1[:, 2] + 0.5 * d
+    gap = np.exp(rng.uniform(np.log(1e-3), 0.0))
+    off = d * (_reach(t1, s1) + _reach(t2, s2) + gap) / (d @ m1[:, 2] if t1 == G.PLANE else 1.0)
+    inputs.append((p1, m1, s1, p1 + off, m2, s2, 0.0))
+  return [np.stack([x[i] for x in inputs]).astype(np.float64) for i in range(7)]
+
+
+@functools.cache
+def _value_and_jvp(t1: int, t2: int):
+  """jit(vmap) of the collider and its directional derivative."""
+  collider = cp.COLLIDERS[(t1, t2)]
+  return jax.jit(jax.vmap(lambda args, tangents: jax.jvp(collider, args, tangents)))
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{_NAME[p[0]]}-{_NAME[p[1]]}")
+def test_separated_inactive_slots(pair):
+  """Beyond the margin no contact exists, and every slot holds a real signed distance, not a
+  sentinel: positive, at least the pair's distance, the first slot that distance itself
+  (except box-box), and differentiable: the directional derivative matches central differences
+  along a random motion of both geoms (translation and rotation)."""
+  t1, t2 = int(pair[0]), int(pair[1])
+  n = 200
+  args = _separated_configs(pair[0], pair[1], n, seed=200 + t1 * 10 + t2)
+  rng = np.random.default_rng(300 + t1 * 10 + t2)
+  skew = lambda w: np.cross(w[:, None, :], -np.eye(3)[None])  # skew(w) @ v = w x v, (N, 3, 3)
+  tangents = [np.zeros_like(a) for a in args]
+  for i in (0, 3):  # translation, and rotation d(mat) = skew(w) mat
+    tangents[i] = rng.normal(size=(n, 3))
+    tangents[i + 1] = skew(rng.normal(size=(n, 3))) @ args[i + 1]
+  (dist, pos, frame, exist), (ddist, *_) = jax.tree.map(
+      np.asarray, _value_and_jvp(t1, t2)(tuple(args), tuple(tangents)))
+  assert not exist.any()
+  assert np.isfinite(dist).all() and np.isfinite(pos).all() and np.isfinite(frame).all()
+  assert (dist > 0).all(), f"non-positive distance at {np.nonzero((dist <= 0).any(1))[0][:5]}"
+  p1, p2 = args[0], args[3]
+  lower = np.linalg.norm(p2 - p1, axis=1) - _reach(pair[1], args[5].T) - _reach(pair[0],
+                                                                               args[2].T)
+  ref = _reference_distance(pair[0], pair[1], args)
+  if t1 not in (G.PLANE, G.BOX):  # box-box's separating-axis distances may be lower
+    assert (dist.min(axis=1) >= lower - 1e-12).all()
+  if not np.isnan(ref).all():
+    np.testing.assert_allclose(dist[:, 0], ref, rtol=0, atol=1e-9)
+    assert (dist.min(axis=1) >= ref - 1e-12).all()
+
+  # central differences, the rotation tangent applied as exp(h skew(w)) ~ (1 + h skew) mat
+  h = 1e-6
+  fd = []
+  for sign in (1, -1):
+    moved = [a + sign * h * t for a, t in zip(args, tangents)]
+    for i in (1, 4):  # re-orthonormalize the rotated matrices
+      u, _, vt = np.linalg.svd(moved[i])
+      moved[i] = u @ vt
+    fd.append(np.asarray(_value_and_jvp(t1, t2)(tuple(moved), tuple(tangents))[0][0]))
+  fd = (fd[0] - fd[1]) / (2 * h)
+  err = np.abs(fd - ddist) / (1 + np.abs(ddist))
+  assert (err < 1e-6).all(), f"derivative off at {np.argsort(-err.max(1))[:5]}"

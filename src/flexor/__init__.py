@@ -1,8 +1,9 @@
 """flexor: differentiable, batched simulation of MuJoCo MJCF models in pure JAX."""
 
-from flexor.types import Data, Model, Option, make_data
+from flexor.types import ContactGradient, Data, Model, Option, make_data
 from flexor.io import load_mjcf, load_mjcf_string
 from flexor.errors import MJCFError
 from flexor.forward import forward, inverse
 from flexor.integrate import step
 from flexor.rollout import batch_rollout, rollout, shard_batch
+from flexor.collision import with_contact_gradient

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import collision_primitive
-from flexor.types import Data, DisableBit, EnableBit, Model
+from flexor.types import ContactGradient, Data, DisableBit, EnableBit, Model
 
 _MINMU = 1e-5  # mjMINMU: smallest friction coefficient
 
@@ -80,11 +80,48 @@ def _pair_params(m: Model) -> dict[str, jax.Array]:
                   solreffriction=jnp.broadcast_to(m.opt.o_solref, (n, 2)),
                   solimp=jnp.broadcast_to(m.opt.o_solimp, (n, 5)))
   params["friction"] = jnp.maximum(_MINMU, params["friction"])
+  if m.opt.contact_gradient == ContactGradient.SMOOTH:
+    params.update(_soft_layer(params["margin"], params["solimp"], m.opt.contact_gradient_width))
   return params
 
 
-def collision(m: Model, d: Data) -> Data:
-  """Computes the contact_* fields and ncon (mj_collision), after kinematics."""
+def _soft_layer(margin: jax.Array, solimp: jax.Array, width: jax.Array) -> dict[str, jax.Array]:
+  """margin (n,) and solimp (n, 5) of ContactGradient.SMOOTH: contacts ``width`` (m) further
+  out, whose impedance rises from zero at that distance to dmax at the original margin (solimp's
+  own width becomes the layer's), so a contact force and its gradient vanish continuously at the
+  edge instead of starting with a jump."""
+  n = margin.shape[0]
+  layer = jnp.broadcast_to(width, (n, 1)).astype(solimp.dtype)
+  soft = jnp.concatenate([jnp.zeros_like(layer), solimp[:, 1:2], layer, solimp[:, 3:]], axis=-1)
+  return dict(margin=margin + width, solimp=soft)
+
+
+def with_contact_gradient(m: Model, mode: ContactGradient | str,
+                          width: float | jax.Array | None = None,
+                          timeconst: float | jax.Array | None = None) -> Model:
+  """``m`` with ``opt.contact_gradient = mode`` ("exact", "smooth" or "distance", see
+  ``ContactGradient``) and, where given, the layer's ``width`` (m) and the DISTANCE surrogate's
+  layer ``timeconst`` (s)."""
+  mode = ContactGradient[mode.upper()] if isinstance(mode, str) else ContactGradient(mode)
+  opt = m.opt.replace(contact_gradient=int(mode))
+  dtype = m.opt.timestep.dtype
+  if width is not None:
+    opt = opt.replace(contact_gradient_width=jnp.asarray(width, dtype))
+  if timeconst is not None:
+    opt = opt.replace(contact_gradient_timeconst=jnp.asarray(timeconst, dtype))
+  return m.replace(opt=opt)
+
+
+def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
+  """Computes the contact_* fields and ncon (mj_collision), after kinematics.
+
+  With ``surrogate`` (the gradient pass of ContactGradient.DISTANCE), pairs are also found up
+  to ``opt.contact_gradient_width`` beyond their margin, and those beyond the margin get the
+  soft layer's impedance (``_soft_layer``) with a weak spring (solref's time constant
+  ``opt.contact_gradient_timeconst``): its force is small, so the surrogate's active set and
+  stiffness stay near MuJoCo's, but its derivative points the pair apart. Contacts within the
+  margin keep MuJoCo's parameters.
+  """
   if not m.nconmax or m.opt.disabled(DisableBit.CONTACT) or m.opt.disabled(DisableBit.CONSTRAINT):
     return d
   with jax.named_scope("collision"):
@@ -93,6 +130,9 @@ def collision(m: Model, d: Data) -> Data:
     geom = m.collision_geom
     types = m.geom_type[geom]
     params = _pair_params(m)
+    reach = params["margin"] + params["gap"]
+    if surrogate:
+      reach = reach + m.opt.contact_gradient_width
     dist = jnp.zeros(n, dtype)
     pos = jnp.zeros((n, 3), dtype)
     frame = jnp.zeros((n, 3, 3), dtype)
@@ -101,10 +141,9 @@ def collision(m: Model, d: Data) -> Data:
       cands = np.flatnonzero((types[:, 0] == key[0]) & (types[:, 1] == key[1]))
       collide = collision_primitive.COLLIDERS[key]
       g1, g2 = geom[cands, 0], geom[cands, 1]
-      margin = params["margin"][cands] + params["gap"][cands]
       c_dist, c_pos, c_frame, c_exist = jax.vmap(collide)(
           d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
-          d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], margin)
+          d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands])
       k = c_dist.shape[1]
       slots = (m.collision_conadr[cands][:, None] + np.arange(k)).reshape(-1)
       dist = dist.at[slots].set(c_dist.reshape(-1))
@@ -113,6 +152,14 @@ def collision(m: Model, d: Data) -> Data:
       exist = exist.at[slots].set(c_exist.reshape(-1))
     owner = np.repeat(np.arange(m.ncollision), m.collision_connum)
     per_slot = {key: value[owner] for key, value in params.items()}
+    if surrogate:
+      layer = _soft_layer(per_slot["margin"], per_slot["solimp"], m.opt.contact_gradient_width)
+      beyond = dist >= per_slot["margin"]
+      per_slot["margin"] = jnp.where(beyond, layer["margin"], per_slot["margin"])
+      per_slot["solimp"] = jnp.where(beyond[:, None], layer["solimp"], per_slot["solimp"])
+      tc = m.opt.contact_gradient_timeconst
+      weak = jnp.stack([tc, jnp.ones_like(tc)])[None, :]
+      per_slot["solref"] = jnp.where(beyond[:, None], weak, per_slot["solref"])
     return d.replace(
         ncon=jnp.sum(exist).astype(jnp.int32), contact_exist=exist, contact_dist=dist,
         contact_pos=pos, contact_frame=frame, contact_includemargin=per_slot["margin"],

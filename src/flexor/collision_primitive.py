@@ -15,7 +15,18 @@ candidate pairs of one type pair)::
   ``frame`` (K, 3, 3) ``mjContact.frame`` after ``mju_makeFrame`` (row 0 the normal from geom 1
   to geom 2, rows 1-2 tangents); ``exist`` (K,) bool, whether MuJoCo produces that contact.
   ``K = MAX_CONTACTS[(t1, t2)]`` is ``mj_maxContact`` of the type pair. Produced contacts come
-  first, in MuJoCo's order; the remaining slots hold finite but meaningless values.
+  first, in MuJoCo's order.
+
+Inactive slots (``exist`` False) are never sentinels: they hold candidates that MuJoCo's
+algorithm evaluates and rejects (beyond the margin, or past its early exits), nearest first,
+with their signed distance, point and frame, so their ``dist`` is finite and varies smoothly
+with the poses. For a pair beyond the margin the first slot is then the pair's signed distance
+(plane, sphere and capsule pairs exactly, capsule-box from the same closest-feature search
+without MuJoCo's distance cut-off). Where a collider has fewer candidates than K, the extra
+slots repeat its first candidate (capsule-box: a missing second point repeats the first);
+box-box fills the slots beyond the clipped polygon with the separating-axis distance along the
+reference face's normal (the point half that distance out from the face's centre), and an
+edge-edge contact's slots with copies of it.
 
 The reference is the MuJoCo 4.0.0 binary. Its capsule-capsule collider differs from the 3.12
 sources (``mjc_segWeights``, changelog "Fixed floating-point cancellation in capsule-capsule
@@ -38,10 +49,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor.math import safe_sqrt
+from flexor.math import MINVAL, safe_sqrt
+from flexor.math import cross as _cross
 from flexor.types import GeomType
-
-MINVAL = 1e-15  # mjMINVAL
 
 Contacts = tuple[jax.Array, jax.Array, jax.Array, jax.Array]  # dist, pos, frame, exist
 Collider = Callable[..., Contacts]
@@ -61,17 +71,14 @@ class _Contact(NamedTuple):
 
 
 #------------------------------------ small vector helpers -----------------------------------------
+# MINVAL, safe_sqrt and the cross product come from flexor.math. _dot and _normalize stay here:
+# bit-exact conformance needs mju_dot3's left-to-right sum, which a jnp.sum reduction (as in
+# flexor.math.safe_norm) does not promise, and mju_normalize3's (1, 0, 0) for a short vector,
+# where flexor.math.normalize (mju_normalize) leaves it unchanged.
 
 def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
   """Dot product over the last axis (3), summed left to right as mju_dot3."""
   return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
-
-
-def _cross(a: jax.Array, b: jax.Array) -> jax.Array:
-  """Cross product over the last axis (3)."""
-  return jnp.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
-                    a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
-                    a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], axis=-1)
 
 
 def _mv(mat: jax.Array, v: jax.Array) -> jax.Array:
@@ -121,16 +128,22 @@ def make_frame(normal: jax.Array, tangent: jax.Array) -> jax.Array:
 
 
 def _finish(c: _Contact, k: int) -> Contacts:
-  """The first k valid candidates of c (N,) in order, then the invalid ones, with full frames.
+  """The first k valid candidates of c (N,) in order, then the invalid ones nearest first (by
+  dist, ties in order), with full frames.
 
-  This is MuJoCo's "append while valid, stop after k" loop: a stable sort on ~valid keeps the
-  candidates' order among the valid ones.
+  The valid ones are MuJoCo's "append while valid, stop after k" loop; sorting the invalid ones
+  by distance puts the nearest candidate that MuJoCo does not emit into the first free slot.
   """
   n = c.valid.shape[0]
   if n > 1:
-    # slot of each candidate: valid ones in order, then the invalid ones in order
+    # slot of each candidate: valid ones in order, then the invalid ones by (dist, index); the
+    # rank counts the invalid candidates that sort before each one (NaN-free: dist is finite)
     valid = c.valid.astype(np.int32)
-    slot = jnp.where(c.valid, jnp.cumsum(valid) - 1, jnp.sum(valid) + jnp.cumsum(1 - valid) - 1)
+    idx = np.arange(n)
+    before = ((c.dist[None, :] < c.dist[:, None])
+              | ((c.dist[None, :] == c.dist[:, None]) & (idx[None, :] < idx[:, None])))
+    rank = jnp.sum(before & ~c.valid[None, :], axis=1)
+    slot = jnp.where(c.valid, jnp.cumsum(valid) - 1, jnp.sum(valid) + rank)
     onehot = slot[None, :] == jnp.arange(min(k, n))[:, None]  # (k, n)
 
     def permute(x):
@@ -373,7 +386,8 @@ def _seg_weights(a0: jax.Array, a1: jax.Array, b0: jax.Array, b1: jax.Array
   n = _cross(d1, d2)
   n2 = _dot(n, n)
   parallel = n2 <= a * 1e-8 * e
-  s_gen = _clamp01(_div(_dot(n, _cross(d2, r)), n2, n2 > 0))
+  # used only where not parallel: guarding with that keeps d(n2) finite when n2 ~ 0
+  s_gen = _clamp01(_div(_dot(n, _cross(d2, r)), n2, ~parallel & (n2 > 0)))
   s_gen, t_gen = solve_t(s_gen, _div(b * s_gen + f, e, e_ok))
   s_p0, t_p0 = solve_t(jnp.zeros_like(a), _div(f, e, e_ok))
   s_p1, t_p1 = solve_t(jnp.ones_like(a), _div(f + b, e, e_ok))
@@ -513,7 +527,9 @@ def capsule_box(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Ar
       pos, halfaxis, hl, size2)
   best = _first_better(dist, offset, bestdistmax)
   found = best >= 0
-  k = jnp.maximum(best, 0)
+  # nothing within bestdistmax: MuJoCo returns no contact; the (inactive) slots then take the
+  # nearest feature of the same search without the bound, so they hold the capsule's distance
+  k = jnp.where(found, best, jnp.maximum(_first_better(dist, offset, jnp.inf), 0))
   bsp, bbp = _pick(segpos, k), _pick(boxpos, k)
   cltype, clface, clcorner, cledge = (_pick(x, k) for x in (cltype, clface, clcorner, cledge))
 
@@ -572,11 +588,14 @@ def capsule_box(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Ar
       jnp.where(is_edge, jnp.where(skip_edge, -4.0, sp_edge),
                 jnp.where(skip_corner, -4.0, sp_corner)))
 
-  centers = pos[None, :] + halfaxis[None, :] * jnp.stack([bsp, secondpos + bsp])[:, None]
+  # no second point (secondpos = -4): its inactive slot repeats the first point, on the capsule
+  second = secondpos > -3
+  centers = pos[None, :] + halfaxis[None, :] * jnp.stack(
+      [bsp, jnp.where(second, secondpos, 0.0) + bsp])[:, None]
   centers = _mv(mat2, centers) + pos2[None, :]
   c = jax.vmap(_sphere_box, (0, None, None, None, None, None))(centers, r1, pos2, mat2, size2,
                                                                margin)
-  c = c._replace(valid=c.valid & found & jnp.stack([True, secondpos > -3]))
+  c = c._replace(valid=c.valid & found & jnp.stack([True, second]))
   return _finish(c, 4)
 
 #------------------------------------ box-box ------------------------------------------------------
@@ -737,11 +756,12 @@ def _clip_half_plane(poly: jax.Array, n: jax.Array, coord: int, sign: float,
 
 def _box_face_contacts(rot: jax.Array, pos21: jax.Array, pos12: jax.Array, mat1: jax.Array,
     mat2: jax.Array, pos1: jax.Array, pos2: jax.Array, size1: jax.Array, size2: jax.Array,
-    code: jax.Array, margin: jax.Array, eps: dict[str, float]) -> _Contact:
+    code: jax.Array, sep: jax.Array, margin: jax.Array, eps: dict[str, float]) -> _Contact:
   """Stage 2b of mjc_BoxBox: clip the incident face against the reference face (code 0..5).
 
   Returns candidates (12,): the clipped incident polygon's vertices within margin of the
-  reference face, near-duplicates dropped, in polygon order.
+  reference face, near-duplicates dropped, in polygon order; then (inactive) slots at the
+  reference face's centre with the boxes' separation ``sep`` along its normal as distance.
   """
   ref1 = code < 3
   a = jnp.where(ref1, code, code - 3)
@@ -793,6 +813,10 @@ def _box_face_contacts(rot: jax.Array, pos21: jax.Array, pos12: jax.Array, mat1:
       accepted.append(inband[k])
   accepted = jnp.stack(accepted)
 
+  # slots beyond the clipped polygon (inactive) take the separation of the boxes along the
+  # reference face's normal (sep, from the separating-axis test) as their height
+  poly = poly.at[:, 2].set(jnp.where(jnp.arange(_BOXBOX_MAXVERT) < n, poly[:, 2], sep))
+
   nsign = jnp.where(ref1, sgn, -sgn)
   normal = nsign * jnp.sum(jnp.where(_onehot(a)[None, :], matref, 0.0), axis=1)
   posc = (jnp.where(_onehot(ax)[None, :], poly[:, :1], 0.0)
@@ -832,10 +856,11 @@ def box_box(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Array,
   dist, mid, axis = _box_edge_contact(rot, pos21, size1, size2, ei, ej, eps)
   c_edge = _Contact(dist, _mv(mat1, mid) + pos1, _mv(mat1, axis), jnp.zeros(3, mid.dtype),
                     dist <= septol)
-  c_edge = jax.tree.map(lambda x: jnp.concatenate(
-      [x[None], jnp.zeros((_BOXBOX_MAXVERT - 1,) + x.shape, x.dtype)]), c_edge)
+  # the edge contact, repeated as inactive copies in the remaining slots
+  c_edge = jax.tree.map(lambda x: jnp.broadcast_to(x, (_BOXBOX_MAXVERT,) + x.shape), c_edge)
+  c_edge = c_edge._replace(valid=c_edge.valid & (jnp.arange(_BOXBOX_MAXVERT) == 0))
   c_face = _box_face_contacts(rot, pos21, pos12, mat1, mat2, pos1, pos2, size1, size2,
-                              jnp.where(edge, 0, code), margin, eps)
+                              jnp.where(edge, 0, code), sep_face, margin, eps)
   c = jax.tree.map(lambda e, f: jnp.where(edge, e, f), c_edge, c_face)
   c = c._replace(valid=c.valid & ~separated)
   return _finish(c, 8)

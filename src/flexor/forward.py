@@ -26,7 +26,7 @@ from flexor.passive import passive
 from flexor.rne import rne, rne_bias
 from flexor.sensor import sensor_acc, sensor_pos, sensor_vel
 from flexor.tendon import tendon, tendon_velocity
-from flexor.types import Data, DisableBit, Model
+from flexor.types import ContactGradient, Data, DisableBit, Model
 
 
 def fwd_position(m: Model, d: Data) -> Data:
@@ -78,15 +78,37 @@ def fwd_constraint(m: Model, d: Data) -> Data:
   """Computes qacc, qfrc_constraint (nv,) and the constraint forces (see ``flexor.solver``);
   qacc = qacc_smooth when the model has no constraint rows.
 
-  Also sets warning_nan when qacc is not finite.
+  Also sets warning_nan when qacc is not finite. With ContactGradient.DISTANCE, qacc and
+  qfrc_constraint keep their values and take the gradient of the soft-layer model
+  (``contacts_from_distance``).
   """
   with jax.named_scope("fwd_constraint"):
     if m.njmax and not m.opt.disabled(DisableBit.CONSTRAINT):
       d = solver.solve(m, d)
+      if m.opt.contact_gradient == ContactGradient.DISTANCE and m.nconmax:
+        d = contacts_from_distance(m, d)
     else:
       d = d.replace(qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc_smooth))
     warning_nan = d.warning_nan | ~jnp.all(jnp.isfinite(d.qacc))
   return d.replace(warning_nan=warning_nan)
+
+
+def contacts_from_distance(m: Model, d: Data) -> Data:
+  """qacc and qfrc_constraint (nv,) with their values unchanged and the derivatives of a
+  surrogate: a straight-through estimator (Paulus et al., "contacts from distance"), value
+  ``exact + soft - soft`` with the gradient taken through ``soft`` only. In the surrogate,
+  contacts within their margin are MuJoCo's and pairs up to opt.contact_gradient_width beyond it
+  are soft-layer contacts (``collision.collision(surrogate=True)``): the motion stays MuJoCo's,
+  touching contacts keep MuJoCo's derivatives, and pairs about to touch pass gradients. Costs a
+  second collision, constraint build and solve."""
+  soft = collision.collision(m, d, surrogate=True)
+  soft = constraint.make_constraint(m, soft)
+  soft = constraint.reference_constraint(m, soft)
+  soft = solver.solve(m, soft)
+  through = lambda exact, smooth: (jax.lax.stop_gradient(exact)
+                                   + (smooth - jax.lax.stop_gradient(smooth)))
+  return d.replace(qacc=through(d.qacc, soft.qacc),
+                   qfrc_constraint=through(d.qfrc_constraint, soft.qfrc_constraint))
 
 
 def forward(m: Model, d: Data, sensors: bool = True) -> Data:

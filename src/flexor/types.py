@@ -306,6 +306,26 @@ class ConeType(enum.IntEnum):
   ELLIPTIC = 1
 
 
+class ContactGradient(enum.IntEnum):
+  """How contacts shape gradients (flexor's own option, no mjOption counterpart).
+
+  * EXACT: MuJoCo's contact model; a pair's gradient is zero until its contact row exists.
+  * SMOOTH: every contact becomes a soft layer ``opt.contact_gradient_width`` thick: its rows
+    exist from that distance on, their impedance rising from zero there to solimp's dmax at the
+    surface, so forces and their gradients are continuous in distance. The motion changes:
+    bodies rest inside the layer, not on the surface.
+  * DISTANCE: contacts from distance (after Paulus et al., ICLR 2026): the motion is EXACT's and
+    the gradient is that of a surrogate at that motion (a straight-through estimator), in which
+    touching contacts are MuJoCo's and pairs up to the width apart are pushed apart by a weak
+    layer, a spring of time constant ``opt.contact_gradient_timeconst``, so they pass gradients
+    before they touch.
+  """
+
+  EXACT = 0
+  SMOOTH = 1
+  DISTANCE = 2
+
+
 class SolverType(enum.IntEnum):
   """mjtSolver."""
 
@@ -433,6 +453,8 @@ class Option(_Node):
   o_solref: jax.Array          # (2,)
   o_solimp: jax.Array          # (5,)
   o_friction: jax.Array        # (5,)
+  contact_gradient_width: jax.Array  # () m, the soft layer of ContactGradient SMOOTH/DISTANCE
+  contact_gradient_timeconst: jax.Array  # () s, the layer's spring in DISTANCE's surrogate
   integrator: int              # IntegratorType
   cone: int                    # mjtCone
   jacobian: int                # mjtJacobian
@@ -443,6 +465,7 @@ class Option(_Node):
   disableflags: int            # DisableBit
   enableflags: int             # EnableBit
   disableactuator: int         # bit k set: actuators of group k are disabled
+  contact_gradient: int        # ContactGradient (flexor's own; EXACT is MuJoCo's model)
 
   def disabled(self, bit: DisableBit) -> bool:
     """True if ``bit`` is set in ``disableflags`` (static: usable in Python control flow)."""

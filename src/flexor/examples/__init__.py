@@ -7,6 +7,8 @@
 * ``chain20``: a planar chain of 20 hinged links under gravity; the deep tree of the benchmarks.
 * ``cartpole``: a cart on a range-limited rail with a hinged pole; ``flexor.envs``' swing-up task.
 * ``hopper``: a planar one-legged hopper on a floor (contacts, joint limits); an RL task.
+* ``block_push``: a sphere on a motorised rail pushes a free block along a floor; the
+  trajectory optimisation through contact of ``flexor.ContactGradient``.
 
 ``arm``, ``creature`` and ``chain20`` have no contacts or joint limits: their dynamics are smooth.
 """
