@@ -43,6 +43,7 @@ jax.config.update("jax_enable_x64", True)
 
 import flexor
 from flexor import examples
+from flexor.demo import render_frames
 from flexor.rollout import rollout
 
 SMALL = os.environ.get("FLEXOR_NOTEBOOK_SMALL") == "1"
@@ -365,36 +366,22 @@ plt.show()
 # block's centre.
 
 # %%
-def render_frames(qpos, steps, height=200, width=320):
-  """An image of the states qpos[steps] side by side, or why not (a message) if rendering
-  fails."""
-  try:
-    renderer = mujoco.Renderer(mj_model, height, width)
-  except Exception as e:  # no OpenGL context
-    return f"{type(e).__name__}: {e}"
-  data = mujoco.MjData(mj_model)
-  camera = mujoco.MjvCamera()
-  camera.lookat[:] = (0.3, 0.0, 0.05)
-  camera.distance, camera.elevation, camera.azimuth = 1.25, -25.0, 90.0
-  images = []
-  for step in steps:
-    data.qpos[:] = qpos[step]
-    mujoco.mj_forward(mj_model, data)
-    renderer.update_scene(data, camera)
-    scene = renderer.scene  # a green line on the floor at the block's target x
-    mujoco.mjv_initGeom(scene.geoms[scene.ngeom], mujoco.mjtGeom.mjGEOM_BOX,
-                        np.array([0.004, 0.25, 0.001]), np.array([TARGET, 0.0, 0.001]),
-                        np.eye(3).flatten(), np.array([0.1, 0.7, 0.1, 1.0], np.float32))
-    scene.ngeom += 1
-    images.append(renderer.render())
-  renderer.close()
-  return np.concatenate(images, axis=1)
+def mark_target(scene):
+  """Adds a green line on the floor at the block's target x to a frame's scene."""
+  mujoco.mjv_initGeom(scene.geoms[scene.ngeom], mujoco.mjtGeom.mjGEOM_BOX,
+                      np.array([0.004, 0.25, 0.001]), np.array([TARGET, 0.0, 0.001]),
+                      np.eye(3).flatten(), np.array([0.1, 0.7, 0.1, 1.0], np.float32))
+  scene.ngeom += 1
 
+
+camera = mujoco.MjvCamera()
+camera.lookat[:] = (0.3, 0.0, 0.05)
+camera.distance, camera.elevation, camera.azimuth = 1.25, -25.0, 90.0
 
 # The initial state, then the state after each of the chosen steps; denser where it hits.
 STEPS = [0, 40, 80, 120, 130, 140, 150]
-strip = render_frames(np.vstack([np.asarray(flexor.make_data(model).qpos)[None],
-                                 distance["qpos"]]), STEPS)
+states = np.vstack([np.asarray(flexor.make_data(model).qpos)[None], distance["qpos"]])
+strip = render_frames(mj_model, states[STEPS], camera, 200, 320, decorate=mark_target)
 if isinstance(strip, str):
   print(f"frames not rendered ({strip})")
 else:

@@ -90,8 +90,7 @@ def _soft_layer(margin: jax.Array, solimp: jax.Array, width: jax.Array) -> dict[
   out, whose impedance rises from zero at that distance to dmax at the original margin (solimp's
   own width becomes the layer's), so a contact force and its gradient vanish continuously at the
   edge instead of starting with a jump."""
-  n = margin.shape[0]
-  layer = jnp.broadcast_to(width, (n, 1)).astype(solimp.dtype)
+  layer = jnp.broadcast_to(width, margin.shape)[:, None].astype(solimp.dtype)
   soft = jnp.concatenate([jnp.zeros_like(layer), solimp[:, 1:2], layer, solimp[:, 3:]], axis=-1)
   return dict(margin=margin + width, solimp=soft)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 import jax
 import jax.numpy as jnp
@@ -130,6 +130,32 @@ def plot(result: Result, path: str) -> None:
   plt.close(fig)
 
 
+def render_frames(mj_model: Any, qpos: np.ndarray, camera: Any, height: int, width: int,
+                  decorate: Callable[[Any], None] | None = None) -> np.ndarray | str:
+  """The states ``qpos`` (frames, nq) rendered by MuJoCo's renderer side by side, an image
+  (height, frames * width, 3); or why not (a message) when no OpenGL context can be made.
+
+  ``camera`` is an ``mujoco.MjvCamera``; ``decorate(scene)``, if given, may add geoms to each
+  frame's ``mjvScene`` before it is rendered.
+  """
+  import mujoco  # pylint: disable=import-outside-toplevel
+  try:
+    renderer = mujoco.Renderer(mj_model, height, width)
+  except Exception as e:  # pylint: disable=broad-except
+    return f"{type(e).__name__}: {e}"
+  mj_data = mujoco.MjData(mj_model)
+  images = []
+  for q in qpos:
+    mj_data.qpos[:] = q
+    mujoco.mj_forward(mj_model, mj_data)
+    renderer.update_scene(mj_data, camera)
+    if decorate is not None:
+      decorate(renderer.scene)
+    images.append(renderer.render())
+  renderer.close()
+  return np.concatenate(images, axis=1)
+
+
 def render_strip(result: Result, path: str, frames: int = 6, size: int = 240) -> str | None:
   """Renders ``frames`` states of the optimised motion side by side with MuJoCo's renderer into a
   PNG; returns why not (a message) when MuJoCo or an OpenGL context is unavailable."""
@@ -138,21 +164,16 @@ def render_strip(result: Result, path: str, frames: int = 6, size: int = 240) ->
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     import mujoco  # pylint: disable=import-outside-toplevel
     mj_model = mujoco.MjModel.from_xml_path(examples.path(MODEL))
-    renderer = mujoco.Renderer(mj_model, size, size)
   except Exception as e:  # pylint: disable=broad-except
     return f"{type(e).__name__}: {e}"
-  mj_data = mujoco.MjData(mj_model)
   camera = mujoco.MjvCamera()
   camera.lookat[:] = (0.3, 0.3, 0.0)
   camera.distance, camera.elevation, camera.azimuth = 2.2, -90.0, 90.0
-  images = []
-  for t in np.linspace(0, len(result.qpos) - 1, frames).round().astype(int):
-    mj_data.qpos[:] = result.qpos[t]
-    mujoco.mj_forward(mj_model, mj_data)
-    renderer.update_scene(mj_data, camera)
-    images.append(renderer.render())
-  renderer.close()
-  plt.imsave(path, np.concatenate(images, axis=1))
+  steps = np.linspace(0, len(result.qpos) - 1, frames).round().astype(int)
+  strip = render_frames(mj_model, np.asarray(result.qpos)[steps], camera, size, size)
+  if isinstance(strip, str):
+    return strip
+  plt.imsave(path, strip)
   return None
 
 

@@ -79,7 +79,7 @@ def fwd_constraint(m: Model, d: Data) -> Data:
   qacc = qacc_smooth when the model has no constraint rows.
 
   Also sets warning_nan when qacc is not finite. With ContactGradient.DISTANCE, qacc and
-  qfrc_constraint keep their values and take the gradient of the soft-layer model
+  qfrc_constraint keep their values and take the gradient of a surrogate
   (``contacts_from_distance``).
   """
   with jax.named_scope("fwd_constraint"):
