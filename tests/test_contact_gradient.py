@@ -38,26 +38,12 @@ BALL_WALL = """
   </worldbody>
 </mujoco>"""
 
-# A finger on a damped hinge about z, driven by a motor, flicks a free ball (no gravity).
-FINGER_FLICK = """
-<mujoco>
-  <option timestep="0.01" gravity="0 0 0"/>
-  <worldbody>
-    <body name="finger">
-      <joint name="hinge" type="hinge" axis="0 0 1" damping="1"/>
-      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="0.2"/>
-    </body>
-    <body name="ball" pos="0.25 0.12 0">
-      <freejoint/>
-      <geom type="sphere" size="0.05" mass="0.1"/>
-    </body>
-  </worldbody>
-  <actuator><motor joint="hinge" ctrlrange="-5 5"/></actuator>
-</mujoco>"""
 
 
 with open(examples.path("block_push")) as _f:
   BLOCK_PUSH_XML = _f.read()
+with open(examples.path("finger_flick")) as _f:
+  FINGER_FLICK = _f.read()
 
 
 def _load(xml: str, mode: str, width: float | None = None) -> flexor.Model:

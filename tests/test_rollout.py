@@ -21,7 +21,7 @@ import support
 from flexor import make_data
 from flexor.integrate import step
 from flexor.mjcf.from_mujoco import from_mujoco
-from flexor.rollout import batch_rollout, model_axes, observation, rollout
+from flexor.rollout import batch_rollout, model_axes, observation, perturb_state, rollout
 
 # Central differences in float64 with EPS = 1e-6: truncation ~EPS^2 and rounding ~1e-16/EPS, both
 # far below the 1e-6 relative tolerance.
@@ -170,6 +170,29 @@ def test_policy_gradient_checkpointed_and_plain():
   stats = plain.memory_analysis(), checkpointed.memory_analysis()
   if None not in stats:
     assert 2 * stats[1].temp_size_in_bytes < stats[0].temp_size_in_bytes, stats
+
+
+def test_disturbance_equals_manual_loop_and_checkpoints():
+  """A disturbance sequence moves the state after every step, quaternions along their tangent:
+  the rollout equals a manual loop of step and perturb_state, checkpointed or not, and a zero
+  disturbance changes nothing."""
+  _, fm = _model()
+  d = _data(fm)
+  ctrl = _ctrl(fm)
+  dist = 1e-3 * np.random.default_rng(3).normal(size=(NSTEP, 2 * fm.nv + fm.na))
+  want = d
+  for t in range(NSTEP):
+    want = perturb_state(fm, _step(fm, want.replace(ctrl=ctrl[t])), dist[t])
+  run = jax.jit(rollout, static_argnames=("nstep", "checkpoint_every"))
+  for k in (None, 7):
+    final, traj = run(fm, d, ctrl, checkpoint_every=k, disturbance=jnp.asarray(dist))
+    np.testing.assert_allclose(final.qpos, want.qpos, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(traj["qvel"][-1], want.qvel, rtol=1e-12, atol=1e-12)
+  plain, _ = run(fm, d, ctrl)
+  zero, _ = run(fm, d, ctrl, disturbance=jnp.zeros_like(dist))
+  np.testing.assert_array_equal(zero.qpos, plain.qpos)
+  with pytest.raises(ValueError, match="disturbance must have shape"):
+    rollout(fm, d, ctrl, disturbance=jnp.zeros((NSTEP, 2 * fm.nv + fm.na + 1)))
 
 
 def test_batch_closed_loop_with_randomised_masses():

@@ -6,4 +6,5 @@ from flexor.errors import MJCFError
 from flexor.forward import forward, inverse
 from flexor.integrate import step
 from flexor.rollout import batch_rollout, rollout, shard_batch
+from flexor.gradient_report import GradientReport, gradient_report
 from flexor.collision import with_contact_gradient

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from flexor.integrate import step
+from flexor.integrate import integrate_pos, step
 from flexor.types import Data, Model
 
 # Data fields stacked into the trajectory by default.
@@ -36,7 +36,8 @@ def observation(m: Model, d: Data) -> jax.Array:
 def rollout(m: Model, d: Data, control: jax.Array | Policy | None = None, params: Any = None,
             nstep: int | None = None, *, fields: Sequence[str] = TRAJ_FIELDS,
             observe: Observe = observation,
-            checkpoint_every: int | None = None) -> tuple[Data, dict[str, jax.Array]]:
+            checkpoint_every: int | None = None,
+            disturbance: jax.Array | None = None) -> tuple[Data, dict[str, jax.Array]]:
   """Runs ``nstep`` steps from ``d``, open loop (a control sequence) or closed loop (a policy).
 
   Args:
@@ -55,6 +56,9 @@ def rollout(m: Model, d: Data, control: jax.Array | Policy | None = None, params
       recomputes the steps in between (``jax.checkpoint``): memory falls from O(nstep) step
       residuals to O(nstep / k + k), for about one more forward rollout of compute. Forward
       results are identical.
+    disturbance: if given, a (nstep, 2 nv + na) array of state increments in tangent
+      coordinates (dq, dv, da), applied after step t by ``perturb_state``: process noise, or the
+      point where ``flexor.gradient_report`` reads the adjoint of every step.
   Returns:
     (final, traj): the Data after the last step, and a dict mapping each name in ``fields`` to
     that field after every step, stacked: ``traj["qpos"][t]`` is qpos after step t, shape
@@ -79,35 +83,53 @@ def rollout(m: Model, d: Data, control: jax.Array | Policy | None = None, params
   unknown = [f for f in fields if not hasattr(d, f)]
   if unknown:
     raise ValueError(f"unknown Data fields {unknown}")
+  ntangent = 2 * m.nv + m.na
+  if disturbance is not None and jnp.shape(disturbance) != (nstep, ntangent):
+    raise ValueError(f"disturbance must have shape (nstep={nstep}, 2 nv + na={ntangent}), "
+                     f"got {jnp.shape(disturbance)}")
 
-  def body(d: Data, ctrl: jax.Array | None):
+  def body(d: Data, xs: tuple[jax.Array | None, jax.Array | None]):
+    ctrl, dx = xs
     if policy is not None:
       ctrl = policy(params, observe(m, d))
     if ctrl is not None:  # in the Data's dtype: float64 controls may drive a float32 model
       d = d.replace(ctrl=jnp.asarray(ctrl).astype(d.ctrl.dtype))
     d = step(m, d)
+    if dx is not None:
+      d = perturb_state(m, d, dx)
     return d, {name: getattr(d, name) for name in fields}
 
-  def scan(d: Data, xs: jax.Array | None, length: int):
+  def scan(d: Data, xs: tuple, length: int):
     return jax.lax.scan(body, d, xs, length=length)
 
+  xs = (ctrl_seq, disturbance)
   with jax.named_scope("rollout"):
     if checkpoint_every is None or checkpoint_every >= nstep:
-      return scan(d, ctrl_seq, nstep)
-    return _checkpointed_scan(scan, d, ctrl_seq, nstep, checkpoint_every)
+      return scan(d, xs, nstep)
+    return _checkpointed_scan(scan, d, xs, nstep, checkpoint_every)
 
 
-def _checkpointed_scan(scan: Callable, d: Data, ctrl_seq: jax.Array | None, nstep: int, k: int):
-  """``scan(d, ctrl_seq, nstep)`` as an outer scan over chunks of ``k`` steps, each chunk under
+def perturb_state(m: Model, d: Data, dx: jax.Array) -> Data:
+  """Moves the state of ``d`` by ``dx`` = (dq, dv, da), shape (2 nv + na,), in tangent
+  coordinates: qpos by ``integrate_pos(qpos, dq, 1)`` (quaternions rotate by dq, in rad),
+  qvel by dv, act by da. This is the parametrisation of MuJoCo's ``mjd_transitionFD``."""
+  dx = jnp.asarray(dx).astype(d.qvel.dtype)
+  nv = m.nv
+  return d.replace(qpos=integrate_pos(m, d.qpos, dx[:nv], 1.0), qvel=d.qvel + dx[nv:2 * nv],
+                   act=d.act + dx[2 * nv:])
+
+
+def _checkpointed_scan(scan: Callable, d: Data, xs: Any, nstep: int, k: int):
+  """``scan(d, xs, nstep)`` as an outer scan over chunks of ``k`` steps, each chunk under
   ``jax.checkpoint``, then the ``nstep % k`` remaining steps."""
   nchunk, rest = divmod(nstep, k)
   # prevent_cse=False: inside a scan, CSE cannot undo the rematerialisation.
   chunk = jax.checkpoint(lambda d, xs: scan(d, xs, k), prevent_cse=False)
-  head = None if ctrl_seq is None else ctrl_seq[:nchunk * k].reshape(nchunk, k, -1)
+  head = jax.tree_util.tree_map(lambda x: x[:nchunk * k].reshape(nchunk, k, *x.shape[1:]), xs)
   d, traj = jax.lax.scan(chunk, d, head, length=nchunk)
   traj = {name: x.reshape(nchunk * k, *x.shape[2:]) for name, x in traj.items()}
   if rest:
-    tail = None if ctrl_seq is None else ctrl_seq[nchunk * k:]
+    tail = jax.tree_util.tree_map(lambda x: x[nchunk * k:], xs)
     d, tail_traj = scan(d, tail, rest)
     traj = {name: jnp.concatenate([x, tail_traj[name]]) for name, x in traj.items()}
   return d, traj

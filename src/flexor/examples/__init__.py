@@ -9,6 +9,8 @@
 * ``hopper``: a planar one-legged hopper on a floor (contacts, joint limits); an RL task.
 * ``block_push``: a sphere on a motorised rail pushes a free block along a floor; the
   trajectory optimisation through contact of ``flexor.ContactGradient``.
+* ``finger_flick``: a motorised finger flicks a free ball in zero gravity; the impact of
+  ``flexor.gradient_report``'s example.
 
 ``arm``, ``creature`` and ``chain20`` have no contacts or joint limits: their dynamics are smooth.
 """
