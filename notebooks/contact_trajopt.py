@@ -42,8 +42,7 @@ import optax
 jax.config.update("jax_enable_x64", True)
 
 import flexor
-from flexor import examples
-from flexor.demo import render_frames
+from flexor import demo, examples
 from flexor.rollout import rollout
 
 SMALL = os.environ.get("FLEXOR_NOTEBOOK_SMALL") == "1"
@@ -76,13 +75,7 @@ print(f"nq {model.nq}, nv {model.nv}, nu {model.nu}; timestep {float(model.opt.t
 
 def replay(u):
   """qpos after every step (NSTEP, nq) when MuJoCo C runs the controls u (NSTEP, 1)."""
-  data = mujoco.MjData(mj_model)
-  qpos = []
-  for ctrl in np.asarray(u):
-    data.ctrl[:] = ctrl
-    mujoco.mj_step(mj_model, data)
-    qpos.append(data.qpos.copy())
-  return np.array(qpos)
+  return demo.replay(mj_model, u)
 
 
 u0 = jnp.full((NSTEP, 1), START, dtype=jnp.float64)
@@ -381,16 +374,10 @@ camera.distance, camera.elevation, camera.azimuth = 1.25, -25.0, 90.0
 # The initial state, then the state after each of the chosen steps; denser where it hits.
 STEPS = [0, 40, 80, 120, 130, 140, 150]
 states = np.vstack([np.asarray(flexor.make_data(model).qpos)[None], distance["qpos"]])
-strip = render_frames(mj_model, states[STEPS], camera, 200, 320, decorate=mark_target)
-if isinstance(strip, str):
-  print(f"frames not rendered ({strip})")
-else:
-  plt.figure(figsize=(16, 1.9))
-  plt.imshow(strip)
-  plt.axis("off")
-  plt.title("distance mode's best controls, t = " + ", ".join(f"{0.01 * k:.1f}" for k in STEPS)
-            + " s")
-  plt.show()
+demo.show_frames(mj_model, states[STEPS], camera, 200, 320,
+                 "distance mode's best controls, t = "
+                 + ", ".join(f"{0.01 * k:.1f}" for k in STEPS) + " s",
+                 (16, 1.9), decorate=mark_target)
 
 # %% [markdown]
 # ## Summary

@@ -37,7 +37,7 @@ jax.config.update("jax_enable_x64", True)
 
 import flexor
 from flexor import examples
-from flexor.demo import render_frames
+from flexor.demo import replay, show_frames
 from flexor.kinematics import kinematics
 
 CARTPOLE_ITERATIONS = 500
@@ -48,8 +48,8 @@ ARM_ITERATIONS = 200
 #
 # `optimise(loss, x0, schedule, iterations)` compiles the loss, its gradient and Adam's update
 # into one program, then iterates it. `loss(x)` returns the scalar and the trajectory (for the
-# plots), so each iteration costs one forward rollout and one reverse pass. `replay` runs
-# controls in MuJoCo C and returns qpos after every step, for the comparison with flexor.
+# plots), so each iteration costs one forward rollout and one reverse pass. `flexor.demo.replay`
+# runs controls in MuJoCo C and returns qpos after every step, for the comparison with flexor.
 
 # %%
 def optimise(loss, x0, schedule, iterations):
@@ -78,17 +78,6 @@ def optimise(loss, x0, schedule, iterations):
   return x, np.array(losses), traj
 
 
-def replay(mj_model, qpos0, ctrl):
-  """qpos after every step (nstep, nq) when MuJoCo C runs ``ctrl`` (nstep, nu) from rest at
-  ``qpos0``."""
-  data = mujoco.MjData(mj_model)
-  data.qpos[:] = qpos0
-  out = []
-  for u in np.asarray(ctrl):
-    data.ctrl[:] = u
-    mujoco.mj_step(mj_model, data)
-    out.append(data.qpos.copy())
-  return np.array(out)
 
 # %% [markdown]
 # ## Cart-pole swing-up
@@ -126,7 +115,7 @@ theta, cp_losses, cp_traj = optimise(
     CARTPOLE_ITERATIONS)
 cp_ctrl = np.tanh(np.asarray(theta))[:, None]
 cp_q = np.asarray(cp_traj["qpos"])
-cp_mj_q = replay(cp_mj, cp_qpos0, cp_ctrl)
+cp_mj_q = replay(cp_mj, cp_ctrl, cp_qpos0)
 cos_up = np.cos(cp_q[-50:, 1])
 print(f"pole angle at the end {cp_q[-1, 1]:.3f} rad (upright at 2 pi = {2 * np.pi:.3f}); "
       f"cos(angle) over the last half second >= {cos_up.min():.3f}; cart at {cp_q[-1, 0]:+.3f} m")
@@ -166,15 +155,8 @@ camera.lookat[:] = (0.0, 0.0, 1.2)
 camera.distance, camera.elevation, camera.azimuth = 3.2, 0.0, 90.0
 CP_FRAMES = [0, 50, 110, 150, 175, 200, 225, 300]
 states = np.vstack([cp_qpos0[None], cp_q])
-strip = render_frames(cp_mj, states[CP_FRAMES], camera, 200, 200)
-if isinstance(strip, str):
-  print(f"frames not rendered ({strip})")
-else:
-  plt.figure(figsize=(16, 2.2))
-  plt.imshow(strip)
-  plt.axis("off")
-  plt.title("t = " + ", ".join(f"{0.01 * k:.2f}" for k in CP_FRAMES) + " s")
-  plt.show()
+show_frames(cp_mj, states[CP_FRAMES], camera, 200, 200,
+            "t = " + ", ".join(f"{0.01 * k:.2f}" for k in CP_FRAMES) + " s", (16, 2.2))
 
 # %% [markdown]
 # ## Muscle arm reach
@@ -219,7 +201,7 @@ logits0 = jnp.full((ARM_NSTEP, arm_model.nu), -2.0, jnp.float64)
 logits, arm_losses, arm_traj = optimise(arm_loss, logits0, 0.1, ARM_ITERATIONS)
 arm_ctrl = np.asarray(jax.nn.sigmoid(logits))
 arm_q = np.asarray(arm_traj["qpos"])
-arm_mj_q = replay(arm_mj, np.zeros(2), arm_ctrl)
+arm_mj_q = replay(arm_mj, arm_ctrl, np.zeros(2))
 miss = np.linalg.norm(np.asarray(arm_traj["hand"])[ARM_HOLD:] - np.asarray(target), axis=-1)
 print(f"hand to target over the hold phase: mean {100 * miss.mean():.2f} cm, "
       f"max {100 * miss.max():.2f} cm; final posture {arm_q[-1].round(3)} rad")
@@ -262,15 +244,8 @@ camera.lookat[:] = (0.4, 0.35, 0.0)
 camera.distance, camera.elevation, camera.azimuth = 1.9, -90.0, 90.0
 ARM_FRAMES = [0, 20, 40, 60, 80, 120, 160]
 states = np.vstack([np.zeros((1, 2)), arm_q])
-strip = render_frames(arm_mj, states[ARM_FRAMES], camera, 220, 220)
-if isinstance(strip, str):
-  print(f"frames not rendered ({strip})")
-else:
-  plt.figure(figsize=(16, 2.6))
-  plt.imshow(strip)
-  plt.axis("off")
-  plt.title("t = " + ", ".join(f"{0.005 * k:.2f}" for k in ARM_FRAMES) + " s")
-  plt.show()
+show_frames(arm_mj, states[ARM_FRAMES], camera, 220, 220,
+            "t = " + ", ".join(f"{0.005 * k:.2f}" for k in ARM_FRAMES) + " s", (16, 2.6))
 
 # %% [markdown]
 # ## Summary

@@ -58,5 +58,11 @@ def test_notebook_executes(notebook, tmp_path, monkeypatch):
 
   monkeypatch.setenv("FLEXOR_NOTEBOOK_SMALL", "1")
   nb = nbformat.read(os.path.join(NOTEBOOKS, f"{notebook}.ipynb"), as_version=4)
-  nbclient.NotebookClient(nb, km=km, timeout=CELL_TIMEOUT,
-                          resources={"metadata": {"path": str(tmp_path)}}).execute()
+  # A client given a kernel manager does not own the kernel: shut it down here, else every
+  # notebook leaves an idle kernel holding its gigabytes until pytest exits.
+  try:
+    nbclient.NotebookClient(nb, km=km, timeout=CELL_TIMEOUT,
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+  finally:
+    if km.has_kernel:
+      km.shutdown_kernel(now=True)

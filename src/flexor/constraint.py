@@ -157,7 +157,7 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   return (jac, dist, margin, zero, active, d.contact_solref[slot], d.contact_solimp[slot], diag)
 
 
-def _eq_anchors(m: Model, d: Data, eq: np.ndarray):
+def eq_anchors(m: Model, d: Data, eq: np.ndarray):
   """World anchor points (n, 3) and bodies (n,) of connect and weld constraints
   (mj_equalityAnchors): body semantics place eq_data's anchors on the bodies (a weld's anchor on
   body 1 is data[3:6]), site semantics use the sites."""
@@ -177,7 +177,7 @@ def _eq_anchors(m: Model, d: Data, eq: np.ndarray):
   return pos1, pos2, b1, b2
 
 
-def _weld_quats(m: Model, d: Data, eq: np.ndarray, b1: np.ndarray, b2: np.ndarray):
+def weld_quats(m: Model, d: Data, eq: np.ndarray, b1: np.ndarray, b2: np.ndarray):
   """(frame0, rel, q1) of weld constraints, q0 = frame0 rel: with body semantics body 1's
   orientation and relpose (eq_data[6:10]) and body 2's orientation; with site semantics the
   two site frames and no relpose."""
@@ -216,7 +216,7 @@ def _equality_rows(m: Model, d: Data, rows: np.ndarray):
   if spatial.any():
     idx = np.flatnonzero(spatial)
     e = eq[idx]
-    pos1, pos2, b1, b2 = _eq_anchors(m, d, e)
+    pos1, pos2, b1, b2 = eq_anchors(m, d, e)
     jp1, jr1 = kinematics.jac(m, d, pos1, b1)
     jp2, jr2 = kinematics.jac(m, d, pos2, b2)
     k = sub[idx]
@@ -224,7 +224,7 @@ def _equality_rows(m: Model, d: Data, rows: np.ndarray):
     kk = np.minimum(k, 2)
     err = jnp.take_along_axis(pos1 - pos2, kk[:, None], axis=1)[:, 0]
     jt = jnp.take_along_axis(jp1 - jp2, kk[:, None, None], axis=2)[..., 0]
-    frame0, rel, q1 = _weld_quats(m, d, e, b1, b2)
+    frame0, rel, q1 = weld_quats(m, d, e, b1, b2)
     q0 = math.quat_mul(frame0, rel)
     neg1 = math.quat_conj(q1)
     torquescale = m.eq_data[e, 10]
@@ -282,13 +282,13 @@ def jdot_correction(m: Model, d: Data) -> jax.Array:
     return out
   idx = rows[spatial]
   e, k = eq[spatial], sub[spatial]
-  pos1, pos2, b1, b2 = _eq_anchors(m, d, e)
+  pos1, pos2, b1, b2 = eq_anchors(m, d, e)
   _, acc1, ang1 = kinematics.point_jac_dot(m, d, pos1, b1)
   _, acc2, ang2 = kinematics.point_jac_dot(m, d, pos2, b2)
   trans = jnp.take_along_axis(acc1 - acc2, np.minimum(k, 2)[:, None], axis=1)[:, 0]
   # weld rotation: d/dt of 0.5 conj(q1) (Jr0 - Jr1) v q0, by the product rule, with
   # dq/dt = 0.5 (0, omega) q for world-frame angular velocities (mju_derivQuat)
-  frame0, rel, q1 = _weld_quats(m, d, e, b1, b2)
+  frame0, rel, q1 = weld_quats(m, d, e, b1, b2)
   q0 = math.quat_mul(frame0, rel)
   omega1, omega2 = d.cvel[b1, :3], d.cvel[b2, :3]
   domega = omega1 - omega2

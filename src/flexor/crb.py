@@ -91,7 +91,7 @@ def tendon_jdot(m: Model, d: Data) -> jax.Array:
   wrapping pieces are left out.
   """
   zero = jnp.zeros(m.ntendon, dtype=d.qvel.dtype)
-  path = tendon._path(m)  # pylint: disable=protected-access
+  path = tendon.path_of(m)
   b0, b1 = m.site_bodyid[path.span_site0], m.site_bodyid[path.span_site1]
   spans = np.flatnonzero((path.span_geom < 0) & (b0 != b1))
   if not spans.size:
@@ -138,11 +138,11 @@ def tendon_cfrc_ext(m: Model, d: Data) -> jax.Array:
     out = m.actuator_outadr[acts]
     force = force + jax.ops.segment_sum(d.actuator_force[out] * m.actuator_gear[out, 0],
                                         m.actuator_trnid[acts, 0], num_segments=m.ntendon)
-  path = tendon._path(m)  # pylint: disable=protected-access
+  path = tendon.path_of(m)
   if not path.seg_span.size:
     return jnp.zeros((m.nbody, 6), dtype=d.qvel.dtype)
   x0, x1 = d.site_xpos[path.span_site0], d.site_xpos[path.span_site1]
-  _, t0, t1, wrapped = tendon._wrap_spans(m, d, path, x0, x1)  # pylint: disable=protected-access
+  _, t0, t1, wrapped = tendon.wrap_spans(m, d, path, x0, x1)
   points = jnp.stack([x0, t0, t1, x1], axis=1).reshape(-1, 3)
   ends = points[path.seg_src]                                                    # (nseg, 2, 3)
   delta = ends[:, 1] - ends[:, 0]

@@ -156,6 +156,39 @@ def render_frames(mj_model: Any, qpos: np.ndarray, camera: Any, height: int, wid
   return np.concatenate(images, axis=1)
 
 
+def show_frames(mj_model: Any, qpos: np.ndarray, camera: Any, height: int, width: int,
+                title: str, figsize: tuple[float, float],
+                decorate: Callable[[Any], None] | None = None) -> None:
+  """Shows ``render_frames``'s strip of the states ``qpos`` (frames, nq) in a matplotlib figure
+  titled ``title``, or prints why no frames could be rendered (notebooks call this)."""
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  strip = render_frames(mj_model, qpos, camera, height, width, decorate)
+  if isinstance(strip, str):
+    print(f"frames not rendered ({strip})")
+    return
+  plt.figure(figsize=figsize)
+  plt.imshow(strip)
+  plt.axis("off")
+  plt.title(title)
+  plt.show()
+
+
+def replay(mj_model: Any, ctrl: np.ndarray, qpos0: np.ndarray | None = None) -> np.ndarray:
+  """qpos after every step (nstep, nq) when MuJoCo C runs the controls ``ctrl`` (nstep, nu) from
+  rest at ``qpos0`` (default: the model's qpos0): the check that flexor's optimised controls
+  do the same in the reference engine."""
+  import mujoco  # pylint: disable=import-outside-toplevel
+  data = mujoco.MjData(mj_model)
+  if qpos0 is not None:
+    data.qpos[:] = qpos0
+  qpos = []
+  for u in np.asarray(ctrl):
+    data.ctrl[:] = u
+    mujoco.mj_step(mj_model, data)
+    qpos.append(data.qpos.copy())
+  return np.array(qpos)
+
+
 def render_strip(result: Result, path: str, frames: int = 6, size: int = 240) -> str | None:
   """Renders ``frames`` states of the optimised motion side by side with MuJoCo's renderer into a
   PNG; returns why not (a message) when MuJoCo or an OpenGL context is unavailable."""

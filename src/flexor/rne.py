@@ -117,11 +117,11 @@ def _equality_cfrc_ext(m: Model, d: Data) -> jax.Array:
   force = jnp.where(d.efc_active[first, None], d.efc_force[first[:, None] + np.arange(3)], 0.0)
   torque_rows = first[:, None] + np.where(weld, 3, 0)[:, None] + np.arange(3)
   rot_force = jnp.where((weld[:, None]) & d.efc_active[first, None], d.efc_force[torque_rows], 0.0)
-  pos1, pos2, b1, b2 = constraint._eq_anchors(m, d, eq)  # pylint: disable=protected-access
+  pos1, pos2, b1, b2 = constraint.eq_anchors(m, d, eq)
   # a weld's rotation rows are M (w1 - w2) for the bodies' angular velocities w, with M's
   # column j = 0.5 torquescale vec(conj(q1) (0, e_j) q0) (see constraint._equality_rows); the
   # torque they exert is M' f, as MuJoCo 4 applies it
-  frame0, rel, q1 = constraint._weld_quats(m, d, eq, b1, b2)  # pylint: disable=protected-access
+  frame0, rel, q1 = constraint.weld_quats(m, d, eq, b1, b2)
   q0 = math.quat_mul(frame0, rel)
   axes = jnp.concatenate([jnp.zeros((3, 1), q0.dtype), jnp.eye(3, dtype=q0.dtype)], axis=-1)
   cols = math.quat_mul(math.quat_mul(math.quat_conj(q1)[:, None, :], axes[None]), q0[:, None, :])

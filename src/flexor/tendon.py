@@ -58,13 +58,13 @@ _INSIDE_MAXITER = 20   # wrap_inside: Newton iterations
 _INSIDE_TOL = 1e-6     # wrap_inside: tolerance on the angle equation
 _NO_POINT = -1         # point_cond of points that are always present
 
-# point sources: rows of concat([x0, t0, t1, x1] over spans, [origin]) (see _Path)
+# point sources: rows of concat([x0, t0, t1, x1] over spans, [origin]) (see Path)
 _X0, _T0, _T1, _X1 = range(4)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Path:
-  """Static (host) description of every tendon's path, built by ``_path`` from the Model.
+class Path:
+  """Static (host) description of every tendon's path, built by ``path_of`` from the Model.
 
   Fixed-tendon joints (one row per joint element): ``jnt_wrap`` (wrap index, whose wrap_prm is
   the coefficient), ``jnt_ten``, ``jnt_qposadr``, ``jnt_dofadr``.
@@ -103,7 +103,7 @@ class _Path:
   point_cond: np.ndarray
 
 
-def _path(m: Model) -> _Path:
+def path_of(m: Model) -> Path:
   """Walks every tendon's path as mj_tendon does and records its static structure."""
   jnt, span, point = [], [], []
   for t in range(m.ntendon):
@@ -159,7 +159,7 @@ def _path(m: Model) -> _Path:
       if bg != b1:
         seg.append((k, 1, 4 * k + _T1, 4 * k + _X1, bg, b1))
   seg_span, seg_wrapped, src0, src1, body0, body1 = columns(seg, 6)
-  return _Path(jnt_wrap=jnt_wrap, jnt_ten=jnt_ten, jnt_qposadr=jnt_qposadr,
+  return Path(jnt_wrap=jnt_wrap, jnt_ten=jnt_ten, jnt_qposadr=jnt_qposadr,
                jnt_dofadr=jnt_dofadr, span_ten=span_ten, span_site0=span_site0,
                span_site1=span_site1, span_geom=span_geom, span_wrap=span_wrap,
                span_pulley=span_pulley, seg_span=seg_span, seg_wrapped=seg_wrapped.astype(bool),
@@ -456,7 +456,7 @@ def _segment_sum(x: jax.Array, ids: np.ndarray, n: int) -> jax.Array:
   return jax.ops.segment_sum(x, jnp.asarray(ids), num_segments=n, indices_are_sorted=True)
 
 
-def _wrap_spans(m: Model, d: Data, path: _Path, x0: jax.Array, x1: jax.Array):
+def wrap_spans(m: Model, d: Data, path: Path, x0: jax.Array, x1: jax.Array):
   """Wrap length, tangent points and wrapped flag of every span (zeros/False for site-site).
 
   All spans with a geom, spheres and cylinders together, are wrapped in one vectorised call:
@@ -478,7 +478,7 @@ def _wrap_spans(m: Model, d: Data, path: _Path, x0: jax.Array, x1: jax.Array):
           jnp.zeros(nspan, dtype=bool).at[k].set(ok))
 
 
-def _path_points(m: Model, path: _Path, points: jax.Array, wrapped: jax.Array):
+def _path_points(m: Model, path: Path, points: jax.Array, wrapped: jax.Array):
   """ten_wrapadr, ten_wrapnum (ntendon,), wrap_obj (nwrap, 2), wrap_xpos (nwrap, 6)."""
   present = jnp.where(path.point_cond >= 0, wrapped[np.maximum(path.point_cond, 0)], True)
   count = present.astype(jnp.int32)
@@ -501,7 +501,7 @@ def tendon(m: Model, d: Data) -> Data:
   if not m.ntendon:
     return d
   with jax.named_scope("tendon"):
-    path = _path(m)
+    path = path_of(m)
     dtype = d.qpos.dtype
     length = jnp.zeros(m.ntendon, dtype=dtype)
     ten_J = jnp.zeros((m.ntendon, m.nv), dtype=dtype)
@@ -517,7 +517,7 @@ def tendon(m: Model, d: Data) -> Data:
     wrap_xpos = jnp.zeros((m.nwrap, 6), dtype=dtype)
     if path.span_ten.size:
       x0, x1 = d.site_xpos[path.span_site0], d.site_xpos[path.span_site1]
-      wlen, t0, t1, wrapped = _wrap_spans(m, d, path, x0, x1)
+      wlen, t0, t1, wrapped = wrap_spans(m, d, path, x0, x1)
       divisor = jnp.where(path.span_pulley >= 0, m.wrap_prm[np.maximum(path.span_pulley, 0)], 1.0)
 
       around = math.safe_norm(t0 - x0) + wlen + math.safe_norm(x1 - t1)
