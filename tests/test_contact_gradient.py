@@ -115,6 +115,7 @@ def test_distance_gradient_under_vmap(ball_wall):
   np.testing.assert_allclose(batched, single, rtol=1e-10)
 
 
+@pytest.mark.slow  # block_push_descent is the default tier's descent check
 def test_ball_wall_descent_reaches_target(ball_wall):
   """Gradient descent on v0 to move the wall by 0.2 m: from v0 = 0.6 the exact gradient is zero and the
   throw never changes; the DISTANCE gradient brings the wall to within 1 cm."""

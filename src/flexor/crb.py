@@ -172,8 +172,32 @@ def factor_m(m: Model, d: Data) -> Data:
 
 def solve_m(m: Model, d: Data, x: jax.Array) -> jax.Array:
   """Returns qM^-1 x via qLD (mj_solveM); x is (nv,) or (nv, k)."""
-  del m  # the solve depends on qLD only
+  del m  # the solve depends on qM and its factor only
   if not x.shape[0]:
     return x
-  return jax.scipy.linalg.cho_solve((d.qLD, True), x)
+  return spd_solve(d.qM, x, d.qLD)
 
+
+def spd_solve(a: jax.Array, b: jax.Array, factor: jax.Array | None = None) -> jax.Array:
+  """a^-1 b for a symmetric positive definite a (n, n) and b (n,) or (n, k), by Cholesky;
+  ``factor``, if given, is a's lower Cholesky factor, which is then not recomputed.
+
+  Differentiated as a solve: the tangent is a^-1 (db - da x), which reuses the factor, so
+  neither mode differentiates the factorisation (a factor passed in gets no derivative).
+  """
+  if factor is None:
+    factor = jnp.linalg.cholesky(a)
+  return _factored_solve(a, factor, b)
+
+
+@jax.custom_jvp
+def _factored_solve(a: jax.Array, factor: jax.Array, b: jax.Array) -> jax.Array:
+  return jax.scipy.linalg.cho_solve((factor, True), b)
+
+
+@_factored_solve.defjvp
+def _factored_solve_jvp(primals: tuple, tangents: tuple):
+  a, factor, b = primals
+  da, _, db = tangents
+  x = _factored_solve(a, factor, b)
+  return x, jax.scipy.linalg.cho_solve((factor, True), db - da @ x)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import actuation, math, passive
+from flexor.crb import spd_solve
 from flexor.forward import forward, fwd_velocity
 from flexor.rne import rne
 from flexor.types import Data, DisableBit, IntegratorType, JointType, Model
@@ -108,11 +109,6 @@ def _advance(m: Model, d: Data, act_dot: jax.Array, qacc: jax.Array,
                    plastic=plastic, warning_nan=d.warning_nan | ~finite)
 
 
-def _solve_spd(a: jax.Array, b: jax.Array) -> jax.Array:
-  """a^-1 b for a symmetric positive definite (n, n) a, by Cholesky."""
-  return jax.scipy.linalg.cho_solve((jnp.linalg.cholesky(a), True), b)
-
-
 def euler(m: Model, d: Data) -> Data:
   """Semi-implicit Euler step (``mj_Euler``): advances qpos, qvel, act, time.
 
@@ -126,7 +122,7 @@ def euler(m: Model, d: Data) -> Data:
     if m.nv and not (m.opt.disabled(DisableBit.EULERDAMP) or m.opt.disabled(DisableBit.DAMPER)):
       h = m.opt.timestep
       deriv, any_damping = passive.dof_damper_deriv(m, d.qvel)
-      damped = _solve_spd(d.qM + jnp.diag(h * deriv), d.qfrc_smooth + d.qfrc_constraint)
+      damped = spd_solve(d.qM + jnp.diag(h * deriv), d.qfrc_smooth + d.qfrc_constraint)
       # The damping is traced, so MuJoCo's "any damping" test is a select; both branches are finite.
       qacc = jnp.where(any_damping, damped, qacc)
     return _advance(m, d, d.act_dot, qacc)
@@ -258,11 +254,12 @@ def implicitfast(m: Model, d: Data) -> Data:
         a = d.qM - m.opt.timestep * (deriv + jnp.where(gyro, jacs[1], 0.0))
         qacc = jnp.linalg.solve(a, qfrc)
       else:
-        qacc = _solve_spd(d.qM - m.opt.timestep * deriv, qfrc)
+        qacc = spd_solve(d.qM - m.opt.timestep * deriv, qfrc)
     return _advance(m, d, d.act_dot, qacc)
 
 
-_INTEGRATORS = {
+# The step function of each IntegratorType: ``step`` runs ``forward`` and then it.
+INTEGRATORS = {
     IntegratorType.EULER: euler,
     IntegratorType.RK4: rk4,
     IntegratorType.IMPLICIT: implicit,
@@ -278,5 +275,5 @@ def step(m: Model, d: Data) -> Data:
   and reset the state instead).
   """
   with jax.named_scope("step"):
-    integrator = _INTEGRATORS[IntegratorType(m.opt.integrator)]
+    integrator = INTEGRATORS[IntegratorType(m.opt.integrator)]
     return integrator(m, forward(m, d))

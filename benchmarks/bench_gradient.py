@@ -1,0 +1,164 @@
+"""Where a rollout gradient's time goes: the reverse-mode cost of a flexor rollout and step.
+
+Two tables per model, both measured on a batch of random states (``jax.vmap``), jitted:
+
+* **rollout**: a ``--steps``-step rollout and the gradient of sum(final qpos) w.r.t. the initial
+  qvel, with the scan storing every step's residuals (flexor's default) and with
+  ``checkpoint_every=1`` (each step recomputed in the backward pass): compile and run times,
+  and the gradient's cost over the forward's.
+* **one step**: the compiled size of one batched ``flexor.step`` and of its VJP w.r.t. qpos and
+  qvel (HLO instructions of the entry computation, fusions), and the arrays the forward saves
+  for the backward. The backward of a step launches many small kernels; these counts, not flops,
+  are what its cost follows.
+
+Models: a path, a flexor example or a dm_control suite name; ``name:smooth`` disables contacts
+and constraints (as ``bench_smooth.py``). Run from the repository root, e.g.
+``python benchmarks/bench_gradient.py --models cheetah:smooth,block_push``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_smooth  # pylint: disable=wrong-import-position
+
+
+def _load(name: str, dtype: str) -> tuple[Any, Any]:
+  """(flexor Model, MjModel) for NAME (``name:smooth`` without contacts and constraints)."""
+  import mujoco  # pylint: disable=import-outside-toplevel
+  from flexor.mjcf.from_mujoco import from_mujoco  # pylint: disable=import-outside-toplevel
+  path, _, flag = name.partition(":")
+  mj = mujoco.MjModel.from_xml_path(bench_smooth.model_path(path))
+  if flag == "smooth":
+    bench_smooth.smooth_only(mj)
+  return from_mujoco(mj, dtype=np.dtype(dtype)), mj
+
+
+def _batch(m: Any, mj: Any, batch: int, seed: int) -> Any:
+  """A batch of Data at qpos0 (keyframe 0 if any) with random velocities and controls."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import flexor  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(seed)
+  qpos = mj.key_qpos[0] if mj.nkey else mj.qpos0
+  dtype = m.opt.timestep.dtype
+  d = flexor.make_data(m, batch_shape=(batch,))
+  return d.replace(qpos=jnp.asarray(np.broadcast_to(qpos, (batch, mj.nq)), dtype),
+                   qvel=jnp.asarray(0.5 * rng.standard_normal((batch, mj.nv)), dtype),
+                   ctrl=jnp.asarray(rng.uniform(-0.5, 0.5, (batch, mj.nu)), dtype))
+
+
+def _timed(fn: Callable, args: tuple, repeat: int) -> tuple[float, float]:
+  """(compile s, fastest run s) of ``jax.jit(fn)(*args)``."""
+  import jax  # pylint: disable=import-outside-toplevel
+  t0 = time.perf_counter()
+  compiled = jax.jit(fn).lower(*args).compile()
+  compile_s = time.perf_counter() - t0
+  jax.block_until_ready(compiled(*args))
+  return compile_s, bench_smooth._best(lambda: jax.block_until_ready(compiled(*args)), repeat)  # pylint: disable=protected-access
+
+
+def rollout_table(m: Any, d: Any, steps: int, repeat: int) -> list[list[str]]:
+  """Rows (what, compile s, run ms, x forward) of the rollout and its gradients."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import flexor  # pylint: disable=import-outside-toplevel
+
+  def loss(qvel, every):
+    run = lambda d: flexor.rollout(m, d, nstep=steps, fields=(), checkpoint_every=every)[0].qpos
+    return jnp.sum(jax.vmap(run)(d.replace(qvel=qvel)))
+
+  rows, forward = [], None
+  for what, fn in [("forward", lambda q: loss(q, None)),
+                   ("gradient", jax.grad(lambda q: loss(q, None))),
+                   ("gradient, checkpoint_every=1", jax.grad(lambda q: loss(q, 1)))]:
+    compile_s, run_s = _timed(fn, (d.qvel,), repeat)
+    forward = forward or run_s
+    rows.append([what, f"{compile_s:.1f}", f"{1e3 * run_s:.2f}", f"{run_s / forward:.2f}"])
+  return rows
+
+
+def step_table(m: Any, d: Any) -> list[list[str]]:
+  """Rows (program, HLO instructions, fusions, residual arrays, residual floats / env) of one step.
+
+  The forward is ``jax.vmap(flexor.step)``; the gradient is its VJP w.r.t. qpos and qvel. Reverse
+  mode on a CPU or GPU is bound by the number of kernels it launches long before flops or memory,
+  so the instruction and fusion counts of the compiled programs, and how many arrays the
+  forward saves for the backward, are what a change to a stage should move.
+  """
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.ad_checkpoint  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import flexor  # pylint: disable=import-outside-toplevel
+
+  def forward(qpos, qvel):
+    out = jax.vmap(lambda d: flexor.step(m, d))(d.replace(qpos=qpos, qvel=qvel))
+    return out.qpos, out.qvel
+
+  def gradient(qpos, qvel):
+    out, back = jax.vjp(forward, qpos, qvel)
+    return back(jax.tree_util.tree_map(jnp.ones_like, out))
+
+  # jax exposes the residual list only as text; each line starts with the aval, e.g. f32[64,3].
+  printed = io.StringIO()
+  with contextlib.redirect_stdout(printed):
+    jax.ad_checkpoint.print_saved_residuals(forward, d.qpos, d.qvel)
+  shapes = [re.match(r"\w+\[([\d,]*)\]", line) for line in printed.getvalue().splitlines()]
+  shapes = [s.group(1) for s in shapes if s]
+  floats = sum(np.prod([int(n) for n in s.split(",") if n]) for s in shapes) / d.qpos.shape[0]
+  rows = []
+  for what, fn in [("forward", forward), ("gradient", gradient)]:
+    hlo = jax.jit(fn).lower(d.qpos, d.qvel).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    instructions = sum(1 for line in entry.splitlines() if " = " in line)
+    fusions = len(re.findall(r" fusion\(| kLoop| kInput| kOutput", entry))
+    saved = [f"{len(shapes)}", f"{floats:.0f}"] if what == "gradient" else ["", ""]
+    rows.append([what, f"{instructions}", f"{fusions}"] + saved)
+  return rows
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> None:
+  print("| " + " | ".join(header) + " |")
+  print("|" + "---|" * len(header))
+  for row in rows:
+    print("| " + " | ".join(row) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--models", default="cheetah:smooth,humanoid:smooth,block_push")
+  parser.add_argument("--batch", type=int, default=64)
+  parser.add_argument("--steps", type=int, default=100)
+  parser.add_argument("--repeat", type=int, default=3)
+  parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args(argv)
+  import jax  # pylint: disable=import-outside-toplevel
+  if args.dtype == "float64":
+    jax.config.update("jax_enable_x64", True)
+  print(f"device: {bench_smooth.device_name()}; jax {jax.__version__}; {args.dtype}, batch "
+        f"{args.batch}, {args.steps} steps, best of {args.repeat}; "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+  for name in args.models.split(","):
+    m, mj = _load(name, args.dtype)
+    d = _batch(m, mj, args.batch, args.seed)
+    print(f"\n## {name} (nv {m.nv}, nbody {m.nbody}, njmax {m.njmax})\n")
+    _markdown(["rollout", "compile s", "run ms", "x forward"],
+              rollout_table(m, d, args.steps, args.repeat))
+    print()
+    _markdown(["one step", "HLO instructions", "fusions", "residual arrays",
+               "residual floats / env"], step_table(m, d))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
