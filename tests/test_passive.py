@@ -396,3 +396,32 @@ def test_grad_finite_at_rest(name: str):
                                                   (fm.geom_fluid, fm.tendon_stiffness))
   for g in jax.tree.leaves(grads):
     assert np.all(np.isfinite(np.asarray(g))), f"{name}: non-finite gradient at rest"
+
+
+def test_fluid_skipped_in_still_medium_under_grad_and_vmap():
+  """The fluid model is a cond on density and viscosity: with both zero qfrc_fluid is zero; the
+  gradient w.r.t. density matches central differences; vmap over Models with batched media
+  (where the cond runs both sides) equals each Model alone."""
+  case, d0, _, _ = _objective("own:fluid")
+  fm = case.fm
+
+  def medium(density, viscosity):
+    return fm.replace(opt=fm.opt.replace(density=jnp.asarray(density, fm.opt.density.dtype),
+                                         viscosity=jnp.asarray(viscosity, fm.opt.density.dtype)))
+
+  qfrc = jax.jit(lambda m: P._stages(m, d0).qfrc_fluid)
+  np.testing.assert_array_equal(qfrc(medium(0.0, 0.0)), 0.0)
+  assert np.abs(qfrc(medium(1.2, 0.0))).max() > 1e-3
+  w = jnp.asarray(np.random.default_rng(2).normal(size=case.mj.nv))
+  loss = lambda rho: jnp.dot(w, qfrc(medium(rho, 1e-3)))
+  grad = float(jax.grad(loss)(1.2))
+  fd = (float(loss(1.2 + _EPS)) - float(loss(1.2 - _EPS))) / (2 * _EPS)
+  assert abs(grad) > 1e-6
+  np.testing.assert_allclose(grad, fd, rtol=_GRAD_TOL)
+  media = [(0.0, 0.0), (1.2, 0.0), (0.0, 1e-3)]
+  batched = medium(*np.asarray(media).T)
+  axes = jax.tree.map(lambda _: None, fm).replace(
+      opt=jax.tree.map(lambda _: None, fm.opt).replace(density=0, viscosity=0))
+  out = jax.jit(jax.vmap(lambda m: P._stages(m, d0).qfrc_fluid, in_axes=(axes,)))(batched)
+  for row, m in zip(out, media):
+    np.testing.assert_allclose(row, qfrc(medium(*m)), rtol=1e-13, atol=1e-15)

@@ -191,8 +191,17 @@ def _ellipsoid(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
 def fluid(m: Model, d: Data) -> jax.Array:
   """Fluid forces qfrc_fluid (nv,), as mj_fluid: per body the ellipsoid or inertia-box model.
 
-  Needs kinematics, com_pos and com_vel (cvel). Zero when density and viscosity are both zero.
+  Needs kinematics, com_pos and com_vel (cvel). Zero when density and viscosity are both zero:
+  MuJoCo then skips the fluid model, and so does this, by ``lax.cond`` rather than a select, so
+  that a still medium costs nothing forward or backward (under ``vmap`` over Models with
+  batched densities the cond becomes a select and both sides run).
   """
+  active = (m.opt.density != 0) | (m.opt.viscosity != 0)
+  return jax.lax.cond(active, lambda: _fluid(m, d), lambda: jnp.zeros(m.nv, d.qvel.dtype))
+
+
+def _fluid(m: Model, d: Data) -> jax.Array:
+  """qfrc_fluid (nv,) in a medium with non-zero density or viscosity."""
   force, torque = _inertia_box(m, d)
   if m.ngeom:
     uses_ellipsoid = jax.ops.segment_max(
@@ -203,6 +212,4 @@ def fluid(m: Model, d: Data) -> jax.Array:
     e_force, e_torque = _ellipsoid(m, d)
     force = jnp.where(uses_ellipsoid, e_force, force)
     torque = jnp.where(uses_ellipsoid, e_torque, torque)
-  qfrc = kinematics.apply_ft(m, d, force, torque, d.xipos)
-  active = (m.opt.density != 0) | (m.opt.viscosity != 0)
-  return jnp.where(active, qfrc, 0.0)
+  return kinematics.apply_ft(m, d, force, torque, d.xipos)

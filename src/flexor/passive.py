@@ -180,9 +180,16 @@ def tendon_forces(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
 
 
 def _gravcomp(m: Model, d: Data) -> jax.Array:
-  """Gravity compensation (nv,): an upward force body_gravcomp * mass * |g| at each xipos."""
-  force = -m.opt.gravity[None, :] * (m.body_mass * m.body_gravcomp)[:, None]
-  return kinematics.apply_ft(m, d, force, jnp.zeros_like(force), d.xipos)
+  """Gravity compensation (nv,): an upward force body_gravcomp * mass * |g| at each xipos.
+
+  Skipped by ``lax.cond`` where no body has gravcomp, as ``fluid.fluid`` skips a still medium.
+  """
+  def compensate() -> jax.Array:
+    force = -m.opt.gravity[None, :] * (m.body_mass * m.body_gravcomp)[:, None]
+    return kinematics.apply_ft(m, d, force, jnp.zeros_like(force), d.xipos)
+
+  return jax.lax.cond(jnp.any(m.body_gravcomp != 0), compensate,
+                      lambda: jnp.zeros(m.nv, d.qvel.dtype))
 
 
 def passive(m: Model, d: Data) -> Data:
