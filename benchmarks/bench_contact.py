@@ -49,8 +49,8 @@ def _grad_ratio(step: Callable[[Any, Any], Any], m: Any, d: Any, steps: int,
   grad = jax.jit(jax.grad(lambda q: jnp.sum(final(q))))
   jax.block_until_ready(forward(d.qvel))
   jax.block_until_ready(grad(d.qvel))
-  t_fwd = bench_smooth._best(lambda: jax.block_until_ready(forward(d.qvel)), repeat)  # pylint: disable=protected-access
-  t_grad = bench_smooth._best(lambda: jax.block_until_ready(grad(d.qvel)), repeat)  # pylint: disable=protected-access
+  t_fwd = bench_smooth.best(lambda: jax.block_until_ready(forward(d.qvel)), repeat)
+  t_grad = bench_smooth.best(lambda: jax.block_until_ready(grad(d.qvel)), repeat)
   return t_grad / t_fwd
 
 

@@ -33,7 +33,7 @@ import optax
 jax.config.update("jax_enable_x64", True)
 
 import flexor  # pylint: disable=wrong-import-position
-from flexor import examples  # pylint: disable=wrong-import-position
+from flexor import demo, examples  # pylint: disable=wrong-import-position
 from flexor.rollout import rollout  # pylint: disable=wrong-import-position
 
 NSTEP, TARGET, START = 150, 0.7, 0.8
@@ -87,11 +87,7 @@ def replay_in_mujoco(u: np.ndarray) -> float:
   """The block's final x when MuJoCo C runs the controls u."""
   import mujoco  # pylint: disable=import-outside-toplevel
   mm = mujoco.MjModel.from_xml_path(examples.path("block_push"))
-  md = mujoco.MjData(mm)
-  for ctrl in u:
-    md.ctrl[:] = ctrl
-    mujoco.mj_step(mm, md)
-  return float(md.qpos[BLOCK_X])
+  return float(demo.replay(mm, u)[-1, BLOCK_X])
 
 
 def optimise(value_and_grad, iterations: int, rate: float, key: jax.Array | None = None):

@@ -64,7 +64,7 @@ def _timed(fn: Callable, args: tuple, repeat: int) -> tuple[float, float]:
   compiled = jax.jit(fn).lower(*args).compile()
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(compiled(*args))
-  return compile_s, bench_smooth._best(lambda: jax.block_until_ready(compiled(*args)), repeat)  # pylint: disable=protected-access
+  return compile_s, bench_smooth.best(lambda: jax.block_until_ready(compiled(*args)), repeat)
 
 
 def rollout_table(m: Any, d: Any, steps: int, repeat: int) -> list[list[str]]:

@@ -58,8 +58,8 @@ def _measure(final_qpos: Callable[[Any], Any], qvel: Any, repeat: int) -> dict[s
   forward = jax.jit(loss).lower(qvel).compile()
   jax.block_until_ready(grad(qvel))
   jax.block_until_ready(forward(qvel))
-  t_grad = bench_smooth._best(lambda: jax.block_until_ready(grad(qvel)), repeat)  # pylint: disable=protected-access
-  t_fwd = bench_smooth._best(lambda: jax.block_until_ready(forward(qvel)), repeat)  # pylint: disable=protected-access
+  t_grad = bench_smooth.best(lambda: jax.block_until_ready(grad(qvel)), repeat)
+  t_fwd = bench_smooth.best(lambda: jax.block_until_ready(forward(qvel)), repeat)
   stats = grad.memory_analysis()
   temp = None if stats is None else stats.temp_size_in_bytes
   return {"temp": temp, "compile": compile_s, "ratio": t_grad / t_fwd, "grad_s": t_grad}

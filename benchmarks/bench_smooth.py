@@ -101,7 +101,7 @@ def smooth_only(m: Any) -> Any:
   return m
 
 
-def _best(fn: Callable[[], Any], repeat: int) -> float:
+def best(fn: Callable[[], Any], repeat: int) -> float:
   """Fastest wall time of ``repeat`` calls of ``fn`` (which must block until done)."""
   times = []
   for _ in range(repeat):
@@ -124,13 +124,13 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
   result: dict[str, Any] = {"compile": time.perf_counter() - t0}
   final = jax.block_until_ready(single(m, d1))
   result["finite"] = bool(np.all(np.isfinite(np.asarray(final.qpos))))
-  result["step"] = _best(lambda: jax.block_until_ready(single(m, d1)), repeat) / steps
+  result["step"] = best(lambda: jax.block_until_ready(single(m, d1)), repeat) / steps
   for b in batches:
     db = batch_data(b)
     batched = jax.jit(jax.vmap(run, in_axes=(None, 0))).lower(m, db).compile()
     final = jax.block_until_ready(batched(m, db))
     result["finite"] &= bool(np.all(np.isfinite(np.asarray(final.qpos))))
-    result[b] = b * steps / _best(lambda: jax.block_until_ready(batched(m, db)), repeat)
+    result[b] = b * steps / best(lambda: jax.block_until_ready(batched(m, db)), repeat)
   return result
 
 
@@ -181,7 +181,7 @@ def run_mujoco(mj: Any, init: dict[str, np.ndarray], steps: int, batches: list[i
 
   d = fresh(0)
   loop: dict[str, Any] = {"compile": None}
-  loop["step"] = _best(lambda: [mujoco.mj_step(mj, d) for _ in range(steps)], repeat) / steps
+  loop["step"] = best(lambda: [mujoco.mj_step(mj, d) for _ in range(steps)], repeat) / steps
   finite = True
   for b in batches:
     datas = [fresh(i) for i in range(b)]
@@ -191,7 +191,7 @@ def run_mujoco(mj: Any, init: dict[str, np.ndarray], steps: int, batches: list[i
         for d in datas:
           mujoco.mj_step(mj, d)
 
-    loop[b] = b * steps / _best(run_loop, repeat)
+    loop[b] = b * steps / best(run_loop, repeat)
     finite &= all(np.all(np.isfinite(d.qpos)) for d in datas)
   loop["finite"] = finite
 
@@ -214,7 +214,7 @@ def run_mujoco(mj: Any, init: dict[str, np.ndarray], steps: int, batches: list[i
     control = init["ctrl"][:b, None, :] if "ctrl" in init else None
     pool.rollout(mj, threads, state[:b], control, nstep=steps, state=out)
     rolled["finite"] &= bool(np.all(np.isfinite(out)))
-    rolled[b] = b * steps / _best(
+    rolled[b] = b * steps / best(
         lambda b=b, out=out, control=control: pool.rollout(mj, threads, state[:b], control,
                                                           nstep=steps, state=out), repeat)
   pool.close()

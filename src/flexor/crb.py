@@ -185,8 +185,8 @@ def spd_solve(a: jax.Array, b: jax.Array, factor: jax.Array | None = None) -> ja
   Differentiated as a solve: the tangent is a^-1 (db - da x), which reuses the factor, so
   neither mode differentiates the factorisation (a factor passed in gets no derivative).
   """
-  if factor is None:
-    factor = jnp.linalg.cholesky(a)
+  if factor is None:  # its tangent would be discarded: do not compute it
+    factor = jnp.linalg.cholesky(jax.lax.stop_gradient(a))
   return _factored_solve(a, factor, b)
 
 
