@@ -9,6 +9,7 @@ and frame.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,9 @@ import mujoco
 import numpy as np
 import pytest
 
+from flexor import collision
 from flexor import collision_primitive as cp
+from flexor.mjcf.from_mujoco import from_mujoco
 from flexor.types import GeomType as G
 
 # float64 against MuJoCo's doubles: only the summation order differs, errors are ~1e-15 of the
@@ -25,15 +28,23 @@ TOL = 1e-9
 # float32: rounding of ~1e-7 amplified by the same solves
 TOL32 = 1e-4
 
-_NAME = {G.PLANE: "plane", G.SPHERE: "sphere", G.CAPSULE: "capsule", G.CYLINDER: "cylinder",
-         G.BOX: "box"}
+_NAME = {G.PLANE: "plane", G.SPHERE: "sphere", G.CAPSULE: "capsule", G.ELLIPSOID: "ellipsoid",
+         G.CYLINDER: "cylinder", G.BOX: "box", G.MESH: "mesh"}
+
+# The mesh of the mesh pairs: a 12-sided prism (radius 0.08, half-height 0.05), so that the
+# plane-mesh collider meets hill climbing (over 9 vertices), polygons of more than 4 vertices and
+# exact ties (flat poses).
+_PRISM = " ".join(f"{0.08 * math.cos(a):.6f} {0.08 * math.sin(a):.6f} {z}"
+                  for a in np.linspace(0, 2 * math.pi, 13)[:-1] for z in (-0.05, 0.05))
 
 # geom sizes per pair: (size1, size2), each (3,) as Model.geom_size
 _SIZES = {
     (G.PLANE, G.SPHERE): ([1, 1, 1], [0.1, 0, 0]),
     (G.PLANE, G.CAPSULE): ([1, 1, 1], [0.1, 0.2, 0]),
+    (G.PLANE, G.ELLIPSOID): ([1, 1, 1], [0.1, 0.2, 0.05]),
     (G.PLANE, G.CYLINDER): ([1, 1, 1], [0.1, 0.2, 0]),
     (G.PLANE, G.BOX): ([1, 1, 1], [0.1, 0.2, 0.15]),
+    (G.PLANE, G.MESH): ([1, 1, 1], [0.08, 0.08, 0.05]),  # for placing poses only
     (G.SPHERE, G.SPHERE): ([0.1, 0, 0], [0.15, 0, 0]),
     (G.SPHERE, G.CAPSULE): ([0.1, 0, 0], [0.1, 0.2, 0]),
     (G.SPHERE, G.CYLINDER): ([0.1, 0, 0], [0.12, 0.2, 0]),
@@ -46,15 +57,41 @@ PAIRS = list(_SIZES)
 N_SAMPLES = 400  # random poses per pair (plus the degenerate ones)
 
 
+@functools.cache
 def _model(t1: G, t2: G) -> mujoco.MjModel:
   size1, size2 = _SIZES[(t1, t2)]
   geom1 = f'<geom type="{_NAME[t1]}" size="{" ".join(map(str, size1))}"/>'
   geom2 = f'<geom type="{_NAME[t2]}" size="{" ".join(map(str, size2))}"/>'
+  if t2 == G.MESH:
+    geom2 = '<geom type="mesh" mesh="prism"/>'
   body1 = (f'<body mocap="true">{geom1}</body>' if t1 == G.PLANE
            else f'<body><freejoint/>{geom1}</body>')
-  xml = f"""<mujoco><option><flag gravity="disable"/></option><worldbody>
+  xml = f"""<mujoco><option><flag gravity="disable"/></option>
+    <asset><mesh name="prism" vertex="{_PRISM}"/></asset><worldbody>
     {body1}<body><freejoint/>{geom2}</body></worldbody></mujoco>"""
   return mujoco.MjModel.from_xml_string(xml)
+
+
+@functools.cache
+def _hull(t1: int, t2: int) -> cp.Hull:
+  """The Hull of the pair's mesh (geom 1 of _model), from MuJoCo's compiled mesh tables."""
+  return jax.tree.map(lambda x: x[0], collision.hulls(from_mujoco(_model(G(t1), G(t2))),
+                                                      np.array([1])))
+
+
+def _collider(t1: int, t2: int) -> cp.Collider:
+  """The pair's collider with the common signature; a mesh collider gets _hull's, in the
+  inputs' float dtype."""
+  collide = cp.COLLIDERS[(t1, t2)]
+  if t2 != G.MESH:
+    return collide
+  hull = _hull(t1, t2)
+
+  def with_hull(*args):
+    dtype = args[0].dtype
+    return collide(*args, hull._replace(vert=hull.vert.astype(dtype),
+                                        face_normal=hull.face_normal.astype(dtype)))
+  return with_hull
 
 
 def _rand_quat(rng: np.random.Generator) -> np.ndarray:
@@ -160,7 +197,7 @@ def _mujoco_contacts(t1: G, t2: G, n: int, seed: int):
 def _batched(t1: int, t2: int, with_grad: bool = True):
   """jit(vmap) of the collider, with_grad also returning the gradient w.r.t. pos1 of the sum of
   all its outputs (one compilation serves the conformance and the gradient checks)."""
-  collider = cp.COLLIDERS[(t1, t2)]
+  collider = _collider(t1, t2)
   if not with_grad:
     return jax.jit(jax.vmap(collider))
 
@@ -232,7 +269,7 @@ def test_vmap_equals_single():
   pair = (int(G.PLANE), int(G.BOX))
   args, _ = _mujoco_contacts(G.PLANE, G.BOX, N_SAMPLES, seed=int(G.BOX))
   batched = _batched(*pair)(*args)
-  single = jax.jit(cp.COLLIDERS[pair])
+  single = jax.jit(_collider(*pair))
   for s in range(0, len(args[0]), 40):
     for b, x in zip(batched, single(*(a[s] for a in args))):
       np.testing.assert_allclose(np.asarray(b[s]), np.asarray(x), rtol=0, atol=1e-12)
@@ -279,6 +316,8 @@ def _reach(t: G, size: np.ndarray) -> float:
   """Bounding radius of a geom (0 for a plane); size (3,) or (3, N)."""
   if t == G.PLANE:
     return 0.0 * size[0]
+  if t == G.MESH:  # the prism, whatever the size
+    return 0.0 * size[0] + math.hypot(0.08, 0.05)
   if t == G.SPHERE:
     return size[0]
   if t in (G.CAPSULE, G.CYLINDER):
@@ -358,7 +397,7 @@ def _robust_configs(t1: G, t2: G, n: int, seed: int):
 def _value_and_vjp(t1: int, t2: int):
   """jit(vmap) of the collider and the gradients w.r.t. all 7 inputs of a weighted sum of dist,
   pos and frame over all slots and over the existing slots only (one vjp, two cotangents)."""
-  collider = cp.COLLIDERS[(t1, t2)]
+  collider = _collider(t1, t2)
 
   def run(args, w):
     def f(*a):
@@ -423,7 +462,9 @@ def _reference_distance(t1: G, t2: G, args: list[np.ndarray]) -> np.ndarray:
     c = np.abs(np.einsum("ni,nij->nj", n, m2))  # |normal . axis j of geom 2|
     support = {G.SPHERE: s2[:, 0], G.CAPSULE: s2[:, 0] + s2[:, 1] * c[:, 2],
                G.CYLINDER: s2[:, 1] * c[:, 2] + s2[:, 0] * np.sqrt(np.maximum(1 - c[:, 2]**2, 0)),
-               G.BOX: np.sum(s2 * c, axis=1)}[t2]
+               G.BOX: np.sum(s2 * c, axis=1),
+               G.ELLIPSOID: np.linalg.norm(s2 * c, axis=1),
+               G.MESH: np.max(np.einsum("ni,nij,vj->nv", -n, m2, _prism_vert()), axis=1)}[t2]
     return np.einsum("ni,ni->n", n, p2 - p1) - support
   if t1 == G.SPHERE:
     return _point_distance(t2, p1, p2, m2, s2) - s1[:, 0]
@@ -436,6 +477,11 @@ def _reference_distance(t1: G, t2: G, args: list[np.ndarray]) -> np.ndarray:
       lo, hi = np.where(left, lo, a), np.where(left, b, hi)
     return f((lo + hi) / 2) - s1[:, 0]
   return np.full(len(p1), np.nan)
+
+
+def _prism_vert() -> np.ndarray:
+  """The prism's vertices (24, 3) in its mesh frame."""
+  return _model(G.PLANE, G.MESH).mesh_vert.astype(np.float64)
 
 
 def _separated_configs(t1: G, t2: G, n: int, seed: int):
@@ -459,7 +505,7 @@ def _separated_configs(t1: G, t2: G, n: int, seed: int):
 @functools.cache
 def _value_and_jvp(t1: int, t2: int):
   """jit(vmap) of the collider and its directional derivative."""
-  collider = cp.COLLIDERS[(t1, t2)]
+  collider = _collider(t1, t2)
   return jax.jit(jax.vmap(lambda args, tangents: jax.jvp(collider, args, tangents)))
 
 

@@ -16,6 +16,7 @@ import mujoco
 import numpy as np
 import pytest
 
+import flexor
 from flexor.mjcf import frames, inertia, mesh
 from flexor.types import GeomType
 
@@ -316,3 +317,41 @@ def test_convex_hull_is_closed_and_contains_the_points():
   assert np.max(np.einsum("fk,pk->pf", normal, pts) - np.einsum("fk,fk->f", normal, a)) < 1e-9
   with pytest.raises(ValueError):
     mesh.convex_hull(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0.0]]))
+
+
+def _graph_sets(graph: np.ndarray) -> tuple[int, set[int], dict[int, set[int]], set[tuple]]:
+  """A mesh_graph as (numface, hull vertex ids, {vertex id: neighbour ids}, {sorted triangle}):
+  what must agree with MuJoCo's whatever order qhull gives."""
+  numvert, numface = int(graph[0]), int(graph[1])
+  edgeadr = graph[2:2 + numvert]
+  globalid = graph[2 + numvert:2 + 2 * numvert]
+  edges = graph[2 + 2 * numvert:2 + 3 * numvert + 3 * numface]
+  neighbours = {}
+  for i, a in enumerate(edgeadr):
+    row = edges[a:a + int(np.argmax(edges[a:] < 0))]
+    neighbours[int(globalid[i])] = {int(globalid[j]) for j in row}
+  faces = graph[2 + 3 * numvert + 3 * numface:].reshape(-1, 3)
+  return numface, set(globalid.tolist()), neighbours, {tuple(sorted(f)) for f in faces.tolist()}
+
+
+@pytest.mark.parametrize("fname", ["cube.obj", "skew.obj", "cloud"])
+def test_hull_graph_matches_mujoco(fname):
+  """A colliding mesh's mesh_graph has MuJoCo's layout and hull: the same vertices, triangle
+  count and (where no facets are coplanar, so the triangulation is unique) the same neighbours
+  and triangles; only qhull's order differs."""
+  if fname == "cloud":
+    pts = np.random.default_rng(3).normal(size=(60, 3)).astype(np.float32)
+    xml_mesh = f"<mesh name='m' vertex='{' '.join(repr(float(x)) for x in pts.ravel())}'/>"
+  else:
+    xml_mesh = f"<mesh name='m' file='{fname}'/>"
+  xml = (f"<mujoco><asset>{xml_mesh}</asset><worldbody><body><freejoint/>"
+         "<geom type='mesh' mesh='m'/></body></worldbody></mujoco>")
+  assets = {fname: _MESHES[fname]} if fname in _MESHES else {}
+  theirs = mujoco.MjModel.from_xml_string(xml, assets=assets)
+  ours = flexor.load_mjcf_string(xml, assets=assets)
+  assert ours.mesh_graphadr.tolist() == theirs.mesh_graphadr.tolist() == [0]
+  assert len(ours.mesh_graph) == len(theirs.mesh_graph)
+  mine, ref = _graph_sets(np.asarray(ours.mesh_graph)), _graph_sets(theirs.mesh_graph)
+  assert mine[:2] == ref[:2]
+  if fname == "cloud":
+    assert mine[2:] == ref[2:]

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import collision_primitive
-from flexor.types import ContactGradient, Data, DisableBit, EnableBit, Model
+from flexor.types import ContactGradient, Data, DisableBit, EnableBit, GeomType, Model
 
 _MINMU = 1e-5  # mjMINMU: smallest friction coefficient
 
@@ -111,6 +111,74 @@ def with_contact_gradient(m: Model, mode: ContactGradient | str,
   return m.replace(opt=opt)
 
 
+_EXHAUSTIVE_MAX = 9  # MuJoCo searches meshes of at most this many vertices exhaustively
+
+
+def _hull_tables(m: Model, mesh: int) -> dict[str, np.ndarray]:
+  """Static tables of one mesh's Hull (see collision_primitive.Hull) from the mesh_* fields:
+  ids (H,) mesh vertex ids by local id, nbr (H, D), start (27,), poly (H, P) polygon ids
+  (-1 padded) and quad (H, P, 3) local ids."""
+  vertadr, nvert = int(m.mesh_vertadr[mesh]), int(m.mesh_vertnum[mesh])
+  adr = int(m.mesh_graphadr[mesh])
+  if adr < 0 or nvert <= _EXHAUSTIVE_MAX:
+    ids = np.arange(nvert)
+    nbr = np.array([[j for j in range(nvert) if j != i] for i in range(nvert)])
+    start = np.zeros(27, np.int64)
+  else:
+    graph = np.asarray(m.mesh_graph)
+    numvert = int(graph[adr])
+    edgeadr = graph[adr + 2:adr + 2 + numvert]
+    ids = graph[adr + 2 + numvert:adr + 2 + 2 * numvert]
+    edges = graph[adr + 2 + 2 * numvert:]
+    rows = [edges[a:a + int(np.argmax(edges[a:] < 0))] for a in edgeadr]
+    nbr = np.full((numvert, max(len(r) for r in rows)), -1)
+    for i, row in enumerate(rows):
+      nbr[i, :len(row)] = row
+    start = np.asarray(m.mesh_extrema[mesh])
+  local = np.full(nvert, -1)
+  local[ids] = np.arange(len(ids))
+  polys = []
+  for v in ids:
+    at = vertadr + v
+    polys.append(np.asarray(m.mesh_polymap[m.mesh_polymapadr[at]:][:m.mesh_polymapnum[at]])
+                 + int(m.mesh_polyadr[mesh]))
+  width = max([len(p) for p in polys] + [1])
+  poly = np.full((len(ids), width), -1)
+  quad = np.full((len(ids), width, 3), -1)
+  for i, (v, at) in enumerate(zip(ids, polys)):
+    for k, p in enumerate(at):
+      loop = m.mesh_polyvert[m.mesh_polyvertadr[p]:][:m.mesh_polyvertnum[p]]
+      slot = int(m.mesh_polyvertadr[p]) + int(np.argmax(loop == v))
+      picked = m.mesh_polyquad[slot]
+      poly[i, k] = p
+      quad[i, k] = np.where(picked >= 0, local[np.maximum(picked, 0)], -1)
+  return dict(ids=ids, nbr=nbr, start=start, poly=poly, quad=quad)
+
+
+def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
+  """The convex hulls of mesh geoms (n,), padded to a common size (n, H, ...). Vertices and
+  polygon normals are gathered from the traced mesh_vert and mesh_polynormal, so they carry
+  derivatives."""
+  tables = [_hull_tables(m, int(m.geom_dataid[g])) for g in geoms]
+  size = lambda key, axis: max(t[key].shape[axis] for t in tables)
+  n, h, d, p = len(geoms), size("ids", 0), size("nbr", 1), size("poly", 1)
+  ids, nbr = np.zeros((n, h), np.int64), np.full((n, h, d), -1, np.int32)
+  poly, quad = np.full((n, h, p), -1), np.full((n, h, p, 3), -1, np.int32)
+  for k, t in enumerate(tables):
+    rows, cols = t["nbr"].shape
+    ids[k, :len(t["ids"])] = t["ids"]
+    nbr[k, :rows, :cols] = t["nbr"]
+    rows, cols = t["poly"].shape
+    poly[k, :rows, :cols] = t["poly"]
+    quad[k, :rows, :cols] = t["quad"]
+  start = np.stack([t["start"] for t in tables]).astype(np.int32)
+  vertadr = m.mesh_vertadr[m.geom_dataid[geoms]]
+  return collision_primitive.Hull(
+      vert=m.mesh_vert[vertadr[:, None] + ids], nbr=jnp.asarray(nbr), start=jnp.asarray(start),
+      face_normal=m.mesh_polynormal[np.maximum(poly, 0)], face_ok=jnp.asarray(poly >= 0),
+      face_quad=jnp.asarray(quad))
+
+
 def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
   """Computes the contact_* fields and ncon (mj_collision), after kinematics.
 
@@ -140,9 +208,10 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
       cands = np.flatnonzero((types[:, 0] == key[0]) & (types[:, 1] == key[1]))
       collide = collision_primitive.COLLIDERS[key]
       g1, g2 = geom[cands, 0], geom[cands, 1]
+      hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
       c_dist, c_pos, c_frame, c_exist = jax.vmap(collide)(
           d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
-          d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands])
+          d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands], *hull)
       k = c_dist.shape[1]
       slots = (m.collision_conadr[cands][:, None] + np.arange(k)).reshape(-1)
       dist = dist.at[slots].set(c_dist.reshape(-1))

@@ -1,10 +1,13 @@
 """Narrow-phase collision of primitive geom pairs, as MuJoCo's ``engine_collision_primitive.c``
-and ``engine_collision_box.c`` (MuJoCo 4.0).
+and ``engine_collision_box.c``, and of a plane with an ellipsoid or a mesh (``mjc_PlaneConvex``
+in ``engine_collision_convex.c``) (MuJoCo 4.0).
 
 Every collider has the same unbatched signature (the collision driver vmaps it over the
 candidate pairs of one type pair)::
 
   collider(pos1, mat1, size1, pos2, mat2, size2, margin) -> (dist, pos, frame, exist)
+
+A mesh collider takes one more argument, the mesh's convex :class:`Hull`.
 
 * ``pos1, pos2`` (3,) world positions of the two geoms (``Data.geom_xpos``, m); ``mat1, mat2``
   (3, 3) world rotations (``Data.geom_xmat``, ``mat @ local = world``); ``size1, size2`` (3,)
@@ -295,6 +298,102 @@ def plane_box(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Arra
   pos = (corner + pos2[None, :]) + norm[None, :] * (-cdist / 2)[:, None]
   normals = jnp.broadcast_to(norm, (8, 3))
   return _finish(_Contact(cdist, pos, normals, jnp.zeros_like(normals), valid), 4)
+
+
+
+def plane_ellipsoid(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Array,
+    mat2: jax.Array, size2: jax.Array, margin: jax.Array) -> Contacts:
+  """mjc_PlaneConvex for an ellipsoid (K = 1): the ellipsoid's support point along the plane's
+  -normal (``mjccd_support``), midway to the plane.
+
+  The support point of radii ``r`` along a local direction ``u`` is ``r * s/|s|`` with
+  ``s = r*u``; ``s/|s|`` is ``mju_normalize3``'s, (1, 0, 0) where ``|s| < mjMINVAL``.
+  """
+  del size1
+  normal = mat1[:, 2]
+  unit, _ = _normalize(_mtv(mat2, -normal) * size2)
+  support = _mv(mat2, unit * size2) + pos2
+  dist = _dot(support - pos1, normal)
+  c = _Contact(dist, support + normal * (-0.5 * dist), normal, jnp.zeros_like(normal),
+               dist <= margin)
+  return _finish(jax.tree.map(lambda x: x[None], c), 1)
+
+
+class Hull(NamedTuple):
+  """A mesh geom's convex hull as the mesh colliders read it (decoded from ``mesh_graph``,
+  ``mesh_extrema`` and the mesh polygons by ``flexor.collision.hulls``).
+
+  ``vert`` (H, 3) hull vertices in the mesh frame (m), indexed by local id and padded by
+  repeating vertex 0; ``nbr`` (H, D) int32 local ids of each vertex's neighbours in graph order,
+  padded with -1; ``start`` (27,) the local id a support search along a direction starts from
+  (``mesh_extrema``); ``face_normal`` (H, P, 3) the unit normals of the polygons at each vertex,
+  ``face_ok`` (H, P) which of those exist, ``face_quad`` (H, P, 3) the local ids of the vertices
+  a plane contact adds for that vertex and polygon (``mesh_polyquad``, -1 padded). A mesh that
+  MuJoCo searches exhaustively (at most 9 vertices, or no graph) has all its vertices, every
+  other vertex as neighbours and start 0, which makes ``_climb`` that search.
+  """
+  vert: jax.Array
+  nbr: jax.Array
+  start: jax.Array
+  face_normal: jax.Array
+  face_ok: jax.Array
+  face_quad: jax.Array
+
+
+def _climb(vdot: jax.Array, nbr: jax.Array, start: jax.Array) -> jax.Array:
+  """Local id of the hull vertex MuJoCo's support search ends on for scores vdot (H,): from
+  ``start``, move to the first best neighbour while it scores strictly higher
+  (mjc_hillclimbSupport). On a convex hull this is the maximum; the path decides among ties."""
+  def step(state):
+    i, _ = state
+    nb = nbr[i]
+    score = jnp.where(nb >= 0, vdot[jnp.maximum(nb, 0)], -jnp.inf)
+    j = jnp.argmax(score)
+    better = score[j] > vdot[i]
+    return jnp.where(better, nb[j], i), better
+  i, _ = jax.lax.while_loop(lambda state: state[1], step, (start.astype(nbr.dtype), True))
+  return i
+
+
+_EXTREMA_CUT = 0.4  # a direction component beyond +-0.4 picks that side of the 3x3x3 grid
+
+
+def plane_mesh(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Array,
+    mat2: jax.Array, size2: jax.Array, margin: jax.Array, hull: Hull) -> Contacts:
+  """mjc_PlaneConvex for a mesh as MuJoCo 4.0 runs it (K = 4).
+
+  The first contact is the hull's support vertex along the plane's -normal (``_climb`` from the
+  grid extremum of that direction); nothing when it is beyond margin. Of the polygons at that
+  vertex, the first one whose normal is most opposed to the plane's (dot < 1) supplies up to
+  three more vertices (``Hull.face_quad``), each kept when within margin of the plane and not
+  above the mesh's centre along the normal. Every contact lies midway between its vertex and
+  the plane, with the plane's normal. The support index carries no derivative; the contacts
+  do, through the chosen vertices.
+  """
+  del size1, size2
+  normal = mat1[:, 2]
+  local = _mtv(mat2, -normal)
+  vdot = _dot(hull.vert, local[None, :])
+  side = (local > _EXTREMA_CUT).astype(np.int32) - (local < -_EXTREMA_CUT).astype(np.int32) + 1
+  best = _climb(jax.lax.stop_gradient(vdot), hull.nbr,
+                hull.start[jnp.sum(side * np.array([9, 3, 1], np.int32))])
+  support = _mv(mat2, hull.vert[best]) + pos2
+  dist = _dot(support - pos1, normal)
+  touching = dist <= margin
+
+  facing = jnp.where(hull.face_ok[best], _dot(hull.face_normal[best], _mtv(mat2, normal)), 1.0)
+  face = jnp.argmin(facing)
+  quad = hull.face_quad[best, face]
+  point = _mv(mat2, hull.vert[jnp.maximum(quad, 0)]) + pos2[None, :]
+  extra_dist = _dot(point - pos1[None, :], normal[None, :])
+  valid = (touching & (facing[face] < 1.0) & (quad >= 0) & (extra_dist <= margin)
+           & ~(_dot(point - pos2[None, :], normal[None, :]) > 0))
+  dists = jnp.concatenate([dist[None], extra_dist])
+  points = jnp.concatenate([support[None], point])
+  normals = jnp.broadcast_to(normal, (4, 3))
+  c = _Contact(dists, points + normals * (-0.5 * dists)[:, None], normals,
+               jnp.zeros((4, 3), normal.dtype), jnp.concatenate([touching[None], valid]))
+  return _finish(c, 4)
 
 
 #------------------------------------ sphere and capsule colliders ---------------------------------
@@ -873,7 +972,9 @@ COLLIDERS: dict[tuple[int, int], Collider] = {
     (_G.PLANE, _G.SPHERE): plane_sphere,
     (_G.PLANE, _G.CAPSULE): plane_capsule,
     (_G.PLANE, _G.CYLINDER): plane_cylinder,
+    (_G.PLANE, _G.ELLIPSOID): plane_ellipsoid,
     (_G.PLANE, _G.BOX): plane_box,
+    (_G.PLANE, _G.MESH): plane_mesh,
     (_G.SPHERE, _G.SPHERE): sphere_sphere,
     (_G.SPHERE, _G.CAPSULE): sphere_capsule,
     (_G.SPHERE, _G.CYLINDER): sphere_cylinder,
@@ -889,7 +990,9 @@ MAX_CONTACTS: dict[tuple[int, int], int] = {
     (int(_G.PLANE), int(_G.SPHERE)): 1,
     (int(_G.PLANE), int(_G.CAPSULE)): 2,
     (int(_G.PLANE), int(_G.CYLINDER)): 4,
+    (int(_G.PLANE), int(_G.ELLIPSOID)): 1,
     (int(_G.PLANE), int(_G.BOX)): 4,
+    (int(_G.PLANE), int(_G.MESH)): 4,
     (int(_G.SPHERE), int(_G.SPHERE)): 1,
     (int(_G.SPHERE), int(_G.CAPSULE)): 1,
     (int(_G.SPHERE), int(_G.CYLINDER)): 1,

@@ -527,6 +527,10 @@ class Model(_Node):
   nsite: int
   nmesh: int
   nmeshvert: int
+  nmeshgraph: int               # length of mesh_graph
+  nmeshpoly: int                # mesh polygons (coplanar hull faces merged)
+  nmeshpolyvert: int
+  nmeshpolymap: int
   ntendon: int
   nwrap: int
   nmocap: int
@@ -630,10 +634,32 @@ class Model(_Node):
   site_size: jax.Array = _field("nsite", 3, fill=0.005)
   site_type: np.ndarray = _field("nsite", fill=2)   # GeomType of the site's volume (touch sensors)
 
-  # meshes: vertices stay host-side until collision needs them
+  # meshes: vertices (traced: collision differentiates through them) in the mesh's centred,
+  # principal frame; mesh_graph is the convex hull as MuJoCo lays it out (mjCMesh::MakeGraph):
+  # numvert, numface, vert_edgeadr[numvert], vert_globalid[numvert], edge_localid[numvert +
+  # 3 numface] (each hull vertex's neighbours, -1 after each), face_globalid[3 numface];
+  # mesh_extrema: the hull vertex (local id) furthest along each of the 27 directions with
+  # components in {-1, 0, 1}; polygons: the hull's coplanar faces merged, each a vertex loop
+  # (mesh vertex ids) counter-clockwise about its outward unit normal, and mesh_polymap lists the
+  # polygons at each vertex
   mesh_vertadr: np.ndarray = _field("nmesh", fill=0)
   mesh_vertnum: np.ndarray = _field("nmesh", fill=0)
-  mesh_vert: np.ndarray = _field("nmeshvert", 3, fill=0.0)  # in the mesh's centred, principal frame
+  mesh_vert: jax.Array = _field("nmeshvert", 3, fill=0.0)
+  mesh_graphadr: np.ndarray = _field("nmesh", fill=-1)
+  mesh_graph: np.ndarray = _field("nmeshgraph", fill=0)
+  mesh_extrema: np.ndarray = _field("nmesh", 27, fill=0)
+  mesh_polynum: np.ndarray = _field("nmesh", fill=0)
+  mesh_polyadr: np.ndarray = _field("nmesh", fill=0)
+  mesh_polynormal: jax.Array = _field("nmeshpoly", 3, fill=0.0)
+  mesh_polyvertadr: np.ndarray = _field("nmeshpoly", fill=0)
+  mesh_polyvertnum: np.ndarray = _field("nmeshpoly", fill=0)
+  mesh_polyvert: np.ndarray = _field("nmeshpolyvert", fill=0)
+  mesh_polymapadr: np.ndarray = _field("nmeshvert", fill=0)
+  mesh_polymapnum: np.ndarray = _field("nmeshvert", fill=0)
+  mesh_polymap: np.ndarray = _field("nmeshpolymap", fill=0)
+  # the up to 3 vertices (mesh vertex ids, -1 padded) plane-mesh collision adds to each polygon
+  # vertex when it is the support point and that polygon faces the plane (mesh.polygon_quads)
+  mesh_polyquad: np.ndarray = _field("nmeshpolyvert", 3, derived=True)
 
   # tendons; a tendon's path is wrap_*[tendon_adr : tendon_adr + tendon_num]
   tendon_adr: np.ndarray = _field("ntendon", fill=0)

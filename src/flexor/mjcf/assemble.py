@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import tree
-from flexor.mjcf import constraint_rows, contact_pairs
+from flexor.mjcf import constraint_rows, contact_pairs, mesh
 from flexor.types import (_REQUIRED, JNT_NQ, JNT_NV, BiasType, DynType, GainType, JointType, Model,
                           Option, SameFrame, TrnType, WrapType, field_table)
 
@@ -198,6 +198,8 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       nbody=nbody, njnt=njnt,
       ngeom=len(f["geom_type"]), nsite=len(f["site_bodyid"]),
       nmesh=len(f.get("mesh_vertadr", ())), nmeshvert=len(f.get("mesh_vert", ())),
+      nmeshgraph=len(f.get("mesh_graph", ())), nmeshpoly=len(f.get("mesh_polyvertadr", ())),
+      nmeshpolyvert=len(f.get("mesh_polyvert", ())), nmeshpolymap=len(f.get("mesh_polymap", ())),
       ntendon=len(f.get("tendon_num", ())), nwrap=len(f.get("wrap_type", ())),
       nmocap=int((mocapid >= 0).sum()), neq=len(f.get("eq_type", ())),
       nkey=len(f.get("key_time", ())), npair=len(f.get("pair_geom1", ())),
@@ -262,6 +264,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
                                     np.asarray(out["jnt_axis"], np.float64))
   out["body_simple"][_armature_wrap_bodies(out)] = 0
   out.update(plastic)
+  out["mesh_polyquad"] = mesh.polygon_quads(out)
   out.update(contact_pairs.candidates(out, out["opt"].disableflags))
   out.update(constraint_rows.layout(out, out["opt"]))
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))

@@ -168,9 +168,11 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
             raise r.error(str(e), "file") from None
         else:
           vertex, face = r.floats("vertex"), r.ints("face")
-          if vertex is None or face is None or len(vertex) % 3 or len(face) % 3:
-            raise r.error("a mesh without a file needs 'vertex' (3n numbers) and 'face' (3m "
-                          "integers); builtin and plugin meshes are not supported", "vertex")
+          face = np.zeros(0, np.int32) if face is None else face  # a point cloud: its hull
+          if vertex is None or len(vertex) % 3 or len(face) % 3:
+            raise r.error("a mesh without a file needs 'vertex' (3n numbers) and may have "
+                          "'face' (3m integers); builtin and plugin meshes are not supported",
+                          "vertex")
           try:
             info = mesh.process_mesh(vertex.reshape(-1, 3), face.reshape(-1, 3), name, **options)
           except ValueError as e:
@@ -196,14 +198,67 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
   return meshes, hfields
 
 
-def _mesh_fields(infos: list[Any]) -> dict[str, np.ndarray]:
+def _mesh_fields(source: Source, infos: list[Any], colliding: set[int]) -> dict[str, np.ndarray]:
+  """mesh_* fields of the meshes ``infos``. Those in ``colliding`` (ids used by a geom that can
+  collide) and those whose processing made the convex hull get the hull's graph, extrema and
+  polygons (MuJoCo's mjCMesh::MakeGraph, MakePolygons and the 27 grid extrema)."""
   if not infos:
     return {}
   num = np.array([len(info.vert) for info in infos], np.int32)
   # MuJoCo stores mesh vertices in single precision
   vert = np.concatenate([np.asarray(info.vert, np.float32) for info in infos]).astype(np.float64)
-  return dict(mesh_vertadr=np.concatenate([[0], np.cumsum(num)[:-1]]).astype(np.int32),
-              mesh_vertnum=num, mesh_vert=vert.reshape(-1, 3))
+  graphs, extrema, loops, normals = [], np.zeros((len(infos), 27), np.int32), [], []
+  polymap: list[list[int]] = []
+  for i, info in enumerate(infos):
+    hull = info.hull
+    if hull is None and i in colliding:
+      try:
+        hull = mesh.convex_hull(info.vert, info.name)
+      except ValueError as e:
+        named = lambda el: el.get("name") or os.path.splitext(os.path.basename(el.get("file")))[0]
+        element = next((el for asset in source.sections("asset") for el in asset
+                        if el.tag == "mesh" and named(el) == info.name), None)
+        raise source.error(element, f"{e} (a colliding mesh needs one)", None) from None
+    mine: list[list[int]] = []
+    if hull is not None:
+      graphs.append(mesh.hull_graph(hull))
+      extrema[i] = mesh.hull_extrema(info.vert, graphs[-1][2 + graphs[-1][0]:][:graphs[-1][0]])
+      mine, n = mesh.hull_polygons(info.vert_asset, info.vert, hull)
+      normals.append(n)
+    else:
+      graphs.append(None)
+    loops.append(mine)
+    at = [[] for _ in range(len(info.vert))]
+    for p, loop in enumerate(mine):
+      for v in loop:
+        at[v].append(p)
+    polymap += at
+  sizes = [0 if g is None else len(g) for g in graphs]
+  polynum = np.array([len(m) for m in loops], np.int32)
+  polyvertnum = np.array([len(p) for m in loops for p in m], np.int32)
+  mapnum = np.array([len(p) for p in polymap], np.int32)
+  cumulative = lambda n: (np.cumsum(n) - n).astype(np.int32)
+  graph = [g for g in graphs if g is not None]
+  return dict(mesh_vertadr=cumulative(num), mesh_vertnum=num, mesh_vert=vert.reshape(-1, 3),
+              mesh_graphadr=np.where([g is None for g in graphs], -1,
+                                     cumulative(np.array(sizes))).astype(np.int32),
+              mesh_graph=np.concatenate(graph) if graph else np.zeros(0, np.int32),
+              mesh_extrema=extrema, mesh_polynum=polynum, mesh_polyadr=cumulative(polynum),
+              mesh_polynormal=np.concatenate(normals) if normals else np.zeros((0, 3)),
+              mesh_polyvertadr=cumulative(polyvertnum), mesh_polyvertnum=polyvertnum,
+              mesh_polyvert=np.array([v for m in loops for p in m for v in p], np.int32),
+              mesh_polymapadr=cumulative(mapnum), mesh_polymapnum=mapnum,
+              mesh_polymap=np.array([p for at in polymap for p in at], np.int32))
+
+
+def _colliding_meshes(fields: dict[str, Any], paired: set[str]) -> set[int]:
+  """Ids of the meshes some mesh geom uses that has contype or conaffinity or is in a pair
+  (MuJoCo's SetNeedHull)."""
+  g_type, dataid = fields["geom_type"], fields["geom_dataid"]
+  names = fields["names_geom"]
+  return {int(dataid[i]) for i in range(len(g_type))
+          if g_type[i] == GeomType.MESH and dataid[i] >= 0
+          and (fields["geom_contype"][i] or fields["geom_conaffinity"][i] or names[i] in paired)}
 
 
 def _discard_visual(tree: Tree, infos: list[Any], paired: set[str]) -> list[Any]:
@@ -308,7 +363,7 @@ def _compile(source: Source, dtype: Any) -> tuple[Model, dict[str, Any]]:
     infos = _discard_visual(tree, infos, paired_geom_names(source))
   fields = builder.finish()
   fields["site_type"] = np.array(tree.site["type"], dtype=np.int32)
-  fields.update(_mesh_fields(infos))
+  fields.update(_mesh_fields(source, infos, _colliding_meshes(fields, paired_geom_names(source))))
   names = {kind: Names(source, label, fields[f"names_{kind}"])
            for kind, label in (("body", "body"), ("jnt", "joint"), ("geom", "geom"),
                                ("site", "site"))}

@@ -38,10 +38,10 @@ _P, _H, _S, _C, _E, _Y, _B, _M, _D = (GeomType.PLANE, GeomType.HFIELD, GeomType.
 _HAS_FUNCTION = {(a, b) for a in GeomType for b in GeomType
                  if a <= b and not (a in (_P, _H) and b in (_P, _H))}
 
-# the subset flexor's narrow phase implements (MuJoCo's primitive colliders; not mjc_Convex,
-# height fields or SDFs)
-SUPPORTED = frozenset({(_P, _S), (_P, _C), (_P, _B), (_P, _Y), (_S, _S), (_S, _C), (_S, _Y),
-                       (_S, _B), (_C, _C), (_C, _B), (_B, _B)})
+# the subset flexor's narrow phase implements (MuJoCo's primitive colliders and mjc_PlaneConvex;
+# not mjc_Convex, height fields or SDFs)
+SUPPORTED = frozenset({(_P, _S), (_P, _C), (_P, _E), (_P, _Y), (_P, _B), (_P, _M), (_S, _S),
+                       (_S, _C), (_S, _Y), (_S, _B), (_C, _C), (_C, _B), (_B, _B)})
 
 
 def max_contacts(type1: int, type2: int) -> int:
@@ -50,9 +50,10 @@ def max_contacts(type1: int, type2: int) -> int:
   pair = (min(int(type1), int(type2)), max(int(type1), int(type2)))
   if pair not in SUPPORTED:
     raise ValueError(f"geom types {pair} are not supported by flexor's narrow phase")
-  if _S in pair:
+  if _S in pair or _E in pair:
     return 1
-  return {(_B, _B): 8, (_C, _C): 2, (_C, _B): 4, (_P, _C): 2, (_P, _Y): 4, (_P, _B): 4}[pair]
+  return {(_B, _B): 8, (_C, _C): 2, (_C, _B): 4, (_P, _C): 2, (_P, _Y): 4, (_P, _B): 4,
+          (_P, _M): 4}[pair]
 
 
 def _skip_body_pair(b1: int, b2: int, weld: np.ndarray, parent: np.ndarray,
@@ -80,8 +81,9 @@ def _function_types(g1: int, g2: int, geom_type: np.ndarray) -> tuple[int, int]:
 def candidates(f: dict[str, Any], disableflags: int) -> dict[str, Any]:
   """Returns collision_geom (ncollision, 2), collision_pairid (ncollision,) and ncollision.
 
-  Pairs MuJoCo would collide but flexor's narrow phase cannot (height fields, meshes,
-  ellipsoids, SDFs and the convex pairs cylinder-cylinder, cylinder-box, capsule-cylinder) are
+  Pairs MuJoCo would collide but flexor's narrow phase cannot (height fields, SDFs, meshes and
+  ellipsoids against anything but a plane, and the convex pairs cylinder-cylinder, cylinder-box,
+  capsule-cylinder) are
   left out, with one warning naming them. ``mjDSBL_CONTACT``/``CONSTRAINT`` are not applied
   here: the driver checks them at run time.
 

@@ -17,6 +17,7 @@ The parser reads files and passes bytes; nothing here opens paths.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import struct
 from typing import Sequence
@@ -26,6 +27,7 @@ import numpy as np
 from flexor.mjcf import frames, inertia
 
 _MINVAL = 1e-15  # mjMINVAL
+_EPS = 1e-14  # mjEPS
 _MESH_EIG_TOL = 1e-7  # mjCMesh::Process stops its Jacobi sweep at 1e-7 of the largest moment
 INERTIA_MODES = ("convex", "exact", "legacy", "shell")
 
@@ -51,6 +53,10 @@ class MeshInfo:
       geom's inertia is that of this box with the geom's mass (MuJoCo's ``boxsz``).
     aamm: (6,) axis-aligned bounds of ``vert`` in the mesh frame: (min xyz, max xyz).
     inertia_mode: the mesh's ``inertia`` attribute.
+    hull: (nhullface, 3) the convex hull's outward triangles where processing computed it
+      (convex inertia, or a mesh given without faces), else None.
+    vert_asset: (nvert, 3) the vertices after refpos/refquat/scale, before centring: MuJoCo
+      merges coplanar hull faces into polygons in this frame.
   """
 
   name: str
@@ -63,6 +69,8 @@ class MeshInfo:
   inertia_box: np.ndarray
   aamm: np.ndarray
   inertia_mode: str
+  hull: np.ndarray | None = None
+  vert_asset: np.ndarray | None = None
 
 
 def parse_stl(data: bytes, name: str = "") -> tuple[np.ndarray, np.ndarray]:
@@ -362,7 +370,194 @@ def process_mesh(vert: np.ndarray, face: np.ndarray, name: str, *,
   aamm = np.concatenate([np.minimum(v.min(axis=0), 1e10), np.maximum(v.max(axis=0), -1e10)])
   return MeshInfo(name=name, vert=v, face=face, pos=np.asarray(com, dtype=np.float64),
                   quat=np.asarray(quat), volume=float(volume), inertia=np.asarray(ev),
-                  inertia_box=box, aamm=aamm, inertia_mode=inertia_mode)
+                  inertia_box=box, aamm=aamm, inertia_mode=inertia_mode, hull=hull,
+                  vert_asset=vert)
+
+
+def hull_extrema(vert: np.ndarray, globalid: np.ndarray) -> np.ndarray:
+  """``mesh_extrema``: for each direction (cx, cy, cz) in {-1, 0, 1}^3 (cx slowest), the local
+  id of the first hull vertex (graph order ``globalid``) furthest along it, in the float32
+  arithmetic of MuJoCo's compiler, (27,) int32."""
+  v = np.asarray(vert, np.float32)[globalid]
+  grid = np.array(np.meshgrid([-1, 0, 1], [-1, 0, 1], [-1, 0, 1], indexing="ij"),
+                  np.float32).reshape(3, -1)
+  dot = (v[:, :1] * grid[0] + v[:, 1:2] * grid[1]) + v[:, 2:] * grid[2]
+  return np.argmax(dot, axis=0).astype(np.int32)
+
+
+_POLYGON_ANGLE_TOL = 0.01  # rad: hull faces whose normals round to the same angles merge
+
+
+def _polygon_key(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[float, float] | None:
+  """MeshPolygonKey: the triangle's normal as (azimuth, polar) angles rounded to multiples of
+  0.01 rad, or None for a degenerate triangle."""
+  n = np.cross(b - a, c - a)
+  norm = math.sqrt((n[0] * n[0] + n[1] * n[1]) + n[2] * n[2])
+  if norm < _MINVAL:
+    return None
+  n = n / norm + 0.0
+  # std::round: halves away from zero (Python's round takes them to even)
+  rnd = lambda x: math.copysign(math.floor(abs(x) + 0.5), x)
+  if abs(n[2]) > 1.0 - 1e-7:
+    return 0.0, (rnd(math.pi / _POLYGON_ANGLE_TOL) if n[2] < 0 else 0.0)
+  return (rnd(math.atan2(n[1], n[0]) / _POLYGON_ANGLE_TOL),
+          rnd(math.acos(n[2]) / _POLYGON_ANGLE_TOL))
+
+
+class _Polygon:
+  """MuJoCo's MeshPolygon: the boundary edges of a set of same-key triangles, each edge tagged
+  with the connected piece (island) it belongs to."""
+
+  def __init__(self, face: tuple[int, int, int]):
+    a, b, c = face
+    self.edges = [(a, b), (b, c), (c, a)]
+    self.islands = [0, 0, 0]
+    self.nisland = 1
+
+  def insert(self, face: tuple[int, int, int]) -> None:
+    """InsertFace: a shared edge (reversed in the polygon) is removed, new ones are added."""
+    island, add = -1, []
+    for u, v in ((face[0], face[1]), (face[1], face[2]), (face[2], face[0])):
+      k = next((i for i, e in enumerate(self.edges) if e == (v, u)), None)
+      if k is None:
+        add.append((u, v))
+        continue
+      other = self.islands[k]
+      del self.edges[k], self.islands[k]
+      if island == -1:
+        island = other
+      elif other != island:
+        self.nisland -= 1
+        keep, drop = min(island, other), max(island, other)
+        self.islands = [keep if i == drop else i - (i > drop) for i in self.islands]
+        island = keep
+    if island == -1:
+      island = self.nisland
+      self.nisland += 1
+    self.edges += add
+    self.islands += [island] * len(add)
+
+  def paths(self) -> list[list[int]]:
+    """Paths: each island's boundary loop, following the edges from its first edge."""
+    if len(self.edges) == 3:
+      return [[e[0] for e in self.edges]]
+    out = []
+    for i in range(self.nisland):
+      start = next((e for e, j in zip(self.edges, self.islands) if j == i), None)
+      if start is None:
+        continue
+      path = list(start)
+      for _ in self.edges:
+        k = next((k for k in range(1, len(self.edges))
+                  if self.islands[k] == i and self.edges[k][0] == path[-1]), None)
+        if k is None:
+          continue
+        if self.edges[k][1] == path[0]:
+          out.append(path)
+          break
+        path.append(self.edges[k][1])
+    return out
+
+
+def hull_polygons(vert_asset: np.ndarray, vert: np.ndarray, hull: np.ndarray
+                  ) -> tuple[list[list[int]], np.ndarray]:
+  """MakePolygons: the hull's triangles grouped by rounded normal (in the asset frame) into
+  polygons, each a vertex loop counter-clockwise about its outward normal, and the unit normals
+  (npoly, 3) from each loop's first three vertices in the final frame (MakePolygonNormals).
+
+  MuJoCo visits the groups in its hash map's order; flexor in first-triangle order.
+  """
+  groups: dict[tuple[float, float], _Polygon] = {}
+  for face in np.asarray(hull).tolist():
+    key = _polygon_key(*(vert_asset[i] for i in face))
+    if key is None:
+      continue
+    if key in groups:
+      groups[key].insert(tuple(face))
+    else:
+      groups[key] = _Polygon(tuple(face))
+  loops = [path for group in groups.values() for path in group.paths() if len(path) >= 3]
+  normals = np.zeros((len(loops), 3))
+  for i, loop in enumerate(loops):
+    n = np.cross(vert[loop[1]] - vert[loop[0]], vert[loop[2]] - vert[loop[0]])
+    norm = math.sqrt((n[0] * n[0] + n[1] * n[1]) + n[2] * n[2])
+    normals[i] = n / norm if norm >= _EPS else (1.0, 0.0, 0.0)
+  return loops, normals
+
+
+def _quad_area(a, b, c, d) -> float:
+  """Area of the quadrilateral a b c d: half the norm of its diagonals' cross product."""
+  u, w = a - c, b - d
+  x = (u[1] * w[2] - u[2] * w[1], u[2] * w[0] - u[0] * w[2], u[0] * w[1] - u[1] * w[0])
+  return math.sqrt((x[0] * x[0] + x[1] * x[1]) + x[2] * x[2]) * 0.5
+
+
+def polygon_quad(loop: np.ndarray, a: int) -> list[int]:
+  """The positions in a polygon's vertex loop (n, 3) of the up to three vertices MuJoCo's
+  plane-mesh collision adds to the one at position ``a``: the others of a polygon of at most 4
+  vertices, in loop order after ``a``; otherwise the quadrilateral from ``a`` that a greedy
+  search grows while its area strictly increases (advance the last corner, then the middle
+  ones), which is a local, not always the global, maximum."""
+  n = len(loop)
+  if n < 5:
+    return [(a + k) % n for k in range(1, n)]
+  b, c, d = (a + 1) % n, (a + 2) % n, (a + 3) % n
+  area = lambda b, c, d: _quad_area(loop[a], loop[b], loop[c], loop[d])
+  best = area(b, c, d)
+  while True:
+    d1 = (d + 1) % n
+    grown = area(b, c, d1)
+    if not grown > best:
+      return [b, c, d]
+    while area(b, (c + 1) % n, d1) > grown:
+      c = (c + 1) % n
+      grown = area(b, c, d1)
+    while area((b + 1) % n, c, d1) > grown:
+      b = (b + 1) % n
+      grown = area(b, c, d1)
+    d, best = d1, grown
+
+
+def polygon_quads(f: dict[str, np.ndarray]) -> np.ndarray:
+  """``mesh_polyquad`` (nmeshpolyvert, 3): for each vertex of each polygon, the mesh vertex ids
+  :func:`polygon_quad` picks (-1 padded), from the mjModel-named mesh_* arrays ``f``."""
+  vert = np.asarray(f["mesh_vert"], np.float64)
+  out = np.full((len(f["mesh_polyvert"]), 3), -1, np.int32)
+  for mesh, (vertadr, polyadr) in enumerate(zip(f["mesh_vertadr"], f["mesh_polyadr"])):
+    for p in range(polyadr, polyadr + f["mesh_polynum"][mesh]):
+      adr, num = f["mesh_polyvertadr"][p], f["mesh_polyvertnum"][p]
+      loop = np.asarray(f["mesh_polyvert"][adr:adr + num])
+      for a in range(num):
+        picked = loop[polygon_quad(vert[vertadr + loop], a)]
+        out[adr + a, :len(picked)] = picked
+  return out
+
+
+def hull_graph(hull: np.ndarray) -> np.ndarray:
+  """The convex hull's graph in MuJoCo's ``mesh_graph`` layout (``mjCMesh::MakeGraph``), (2 +
+  3 numvert + 6 numface,) int32: numvert, numface, vert_edgeadr[numvert],
+  vert_globalid[numvert], edge_localid[numvert + 3 numface], face_globalid[3 numface].
+
+  Hull vertices come in increasing vertex id; each one's neighbours (as local ids, then -1) in
+  the order the hull's triangles first name them. qhull orders both by its own internals, so
+  MuJoCo's graph holds the same vertices, neighbour sets and triangles (for a hull without
+  coplanar facets) in another order. Collision reads it only through the hill-climbing support
+  search and plane-mesh's extra contacts, which agree except on exact ties.
+  """
+  hull = np.asarray(hull, dtype=np.int64).reshape(-1, 3)
+  globalid = np.unique(hull)
+  local = {int(g): i for i, g in enumerate(globalid)}
+  neighbours: list[list[int]] = [[] for _ in globalid]
+  for face in hull.tolist():
+    for k in range(3):
+      own = neighbours[local[face[k]]]
+      for other in (face[(k + 1) % 3], face[(k + 2) % 3]):
+        if local[other] not in own:
+          own.append(local[other])
+  edges = [n + [-1] for n in neighbours]
+  edgeadr = np.cumsum([0] + [len(e) for e in edges[:-1]])
+  return np.concatenate([[len(globalid), len(hull)], edgeadr, globalid,
+                         np.concatenate(edges), hull.reshape(-1)]).astype(np.int32)
 
 
 def convex_hull(vert: np.ndarray, name: str = "") -> np.ndarray:
