@@ -500,6 +500,18 @@ def test_bad_mesh_file():
   assert str(info.value).count("<mesh>") == 1, str(info.value)
 
 
+def test_flat_colliding_mesh():
+  """A colliding mesh needs a convex hull (MuJoCo: "coplanar vertices"); a visual one does not."""
+  xml = ("<mujoco>\n<asset>\n<mesh name='flat' vertex='0 0 0 1 0 0 0 1 0 1 1 0' "
+         "face='0 1 2 1 3 2' inertia='shell'/>\n</asset>\n<worldbody><body><freejoint/>"
+         "<geom type='mesh' mesh='flat' contype='{0}' conaffinity='{0}'/></body></worldbody>"
+         "\n</mujoco>")
+  with pytest.raises(MJCFError, match="flat; their convex hull has no volume") as info:
+    flexor.load_mjcf_string(xml.format(1))
+  assert (info.value.line, info.value.element) == (3, "mesh")
+  assert flexor.load_mjcf_string(xml.format(0)).mesh_graphadr.tolist() == [-1]
+
+
 @pytest.mark.parametrize("xml,line,element,attribute",
                          [pytest.param(*c[1:], id=c[0]) for c in _UNSUPPORTED])
 def test_unsupported_feature(tmp_path, xml, line, element, attribute):
