@@ -173,9 +173,11 @@ def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
     quad[k, :rows, :cols] = t["quad"]
   start = np.stack([t["start"] for t in tables]).astype(np.int32)
   vertadr = m.mesh_vertadr[m.geom_dataid[geoms]]
+  normals = (m.mesh_polynormal if m.nmeshpoly
+             else jnp.zeros((1, 3), m.mesh_vert.dtype))  # no polygons: every face_ok is False
   return collision_primitive.Hull(
       vert=m.mesh_vert[vertadr[:, None] + ids], nbr=jnp.asarray(nbr), start=jnp.asarray(start),
-      face_normal=m.mesh_polynormal[np.maximum(poly, 0)], face_ok=jnp.asarray(poly >= 0),
+      face_normal=normals[np.maximum(poly, 0)], face_ok=jnp.asarray(poly >= 0),
       face_quad=jnp.asarray(quad))
 
 
