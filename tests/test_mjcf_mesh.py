@@ -334,11 +334,24 @@ def _graph_sets(graph: np.ndarray) -> tuple[int, set[int], dict[int, set[int]], 
   return numface, set(globalid.tolist()), neighbours, {tuple(sorted(f)) for f in faces.tolist()}
 
 
+def _polygons(model) -> dict[tuple[int, ...], np.ndarray]:
+  """{vertex loop rotated to start at its smallest id: unit normal} of every mesh polygon."""
+  out = {}
+  for p in range(len(model.mesh_polyvertadr)):
+    adr, num = model.mesh_polyvertadr[p], model.mesh_polyvertnum[p]
+    loop = np.asarray(model.mesh_polyvert[adr:adr + num]).tolist()
+    k = loop.index(min(loop))
+    out[tuple(loop[k:] + loop[:k])] = np.asarray(model.mesh_polynormal[p], np.float64)
+  return out
+
+
 @pytest.mark.parametrize("fname", ["cube.obj", "skew.obj", "cloud"])
 def test_hull_graph_matches_mujoco(fname):
   """A colliding mesh's mesh_graph has MuJoCo's layout and hull: the same vertices, triangle
   count and (where no facets are coplanar, so the triangulation is unique) the same neighbours
-  and triangles; only qhull's order differs."""
+  and triangles; only qhull's order differs. Its polygons (coplanar hull faces merged) are
+  MuJoCo's: the same vertex loops in the same direction, normals and map sizes; the extrema
+  are the same vertices except where vertices tie along a direction."""
   if fname == "cloud":
     pts = np.random.default_rng(3).normal(size=(60, 3)).astype(np.float32)
     xml_mesh = f"<mesh name='m' vertex='{' '.join(repr(float(x)) for x in pts.ravel())}'/>"
@@ -355,3 +368,11 @@ def test_hull_graph_matches_mujoco(fname):
   assert mine[:2] == ref[:2]
   if fname == "cloud":
     assert mine[2:] == ref[2:]
+  ours64 = flexor.load_mjcf_string(xml, assets=assets, dtype=np.float64)
+  polygons, expected = _polygons(ours64), _polygons(theirs)
+  assert polygons.keys() == expected.keys()
+  assert max(np.abs(polygons[k] - expected[k]).max() for k in expected) < 1e-12
+  np.testing.assert_array_equal(ours.mesh_polymapnum, theirs.mesh_polymapnum)
+  if fname == "cloud":  # no ties: the extremal vertices themselves (but for direction 0)
+    hull = lambda m, k: np.asarray(m.mesh_graph)[2 + m.mesh_graph[0] + m.mesh_extrema[0, k]]
+    assert all(hull(ours, k) == hull(theirs, k) for k in range(27) if k != 13)
