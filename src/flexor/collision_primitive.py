@@ -33,8 +33,11 @@ edge-edge contact's slots with copies of it.
 
 The reference is the MuJoCo 4.0.0 binary. Its capsule-capsule collider differs from the 3.12
 sources (``mjc_segWeights``, changelog "Fixed floating-point cancellation in capsule-capsule
-collision detection"); ``capsule_capsule`` follows the 4.0 machine code. The others follow the
-C sources of ``engine_collision_primitive.c`` / ``engine_collision_box.c``, which 4.0 matches.
+collision detection"); ``capsule_capsule`` follows the 4.0 machine code. So does ``plane_mesh``:
+4.0 replaced 3.12's plane-mesh contacts (the support vertex and two hull neighbours) with the
+support vertex and up to three vertices of a polygon at it. The others follow the C sources of
+``engine_collision_primitive.c`` / ``engine_collision_box.c`` / ``engine_collision_convex.c``,
+which 4.0 matches.
 
 The C control flow (early exits, sequential "first better candidate wins" searches, early
 termination after a maximum count) is reproduced by evaluating every candidate, keeping MuJoCo's
@@ -298,7 +301,6 @@ def plane_box(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Arra
   pos = (corner + pos2[None, :]) + norm[None, :] * (-cdist / 2)[:, None]
   normals = jnp.broadcast_to(norm, (8, 3))
   return _finish(_Contact(cdist, pos, normals, jnp.zeros_like(normals), valid), 4)
-
 
 
 def plane_ellipsoid(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Array,
