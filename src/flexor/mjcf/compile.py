@@ -198,6 +198,20 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
   return meshes, hfields
 
 
+def _hull(source: Source, info: Any, colliding: bool) -> np.ndarray | None:
+  """The mesh's convex hull triangles where MuJoCo makes one (processing made it, or a geom
+  that can collide uses the mesh), else None; a colliding mesh without one is an error."""
+  if info.hull is not None or not colliding:
+    return info.hull
+  try:
+    return mesh.convex_hull(info.vert, info.name)
+  except ValueError as e:
+    named = lambda el: el.get("name") or os.path.splitext(os.path.basename(el.get("file")))[0]
+    element = next((el for asset in source.sections("asset") for el in asset
+                    if el.tag == "mesh" and named(el) == info.name), None)
+    raise source.error(element, f"{e} (a colliding mesh needs one)", None) from None
+
+
 def _mesh_fields(source: Source, infos: list[Any], colliding: set[int]) -> dict[str, np.ndarray]:
   """mesh_* fields of the meshes ``infos``. Those in ``colliding`` (ids used by a geom that can
   collide) and those whose processing made the convex hull get the hull's graph, extrema and
@@ -208,28 +222,19 @@ def _mesh_fields(source: Source, infos: list[Any], colliding: set[int]) -> dict[
   # MuJoCo stores mesh vertices in single precision
   vert = np.concatenate([np.asarray(info.vert, np.float32) for info in infos]).astype(np.float64)
   graphs, extrema, loops, normals = [], np.zeros((len(infos), 27), np.int32), [], []
-  polymap: list[list[int]] = []
+  polymap: list[list[int]] = []  # the polygons at each vertex of each mesh
   for i, info in enumerate(infos):
-    hull = info.hull
-    if hull is None and i in colliding:
-      try:
-        hull = mesh.convex_hull(info.vert, info.name)
-      except ValueError as e:
-        named = lambda el: el.get("name") or os.path.splitext(os.path.basename(el.get("file")))[0]
-        element = next((el for asset in source.sections("asset") for el in asset
-                        if el.tag == "mesh" and named(el) == info.name), None)
-        raise source.error(element, f"{e} (a colliding mesh needs one)", None) from None
-    mine: list[list[int]] = []
+    hull = _hull(source, info, i in colliding)
+    polygons: list[list[int]] = []
+    graphs.append(None if hull is None else mesh.hull_graph(hull))
     if hull is not None:
-      graphs.append(mesh.hull_graph(hull))
-      extrema[i] = mesh.hull_extrema(info.vert, graphs[-1][2 + graphs[-1][0]:][:graphs[-1][0]])
-      mine, n = mesh.hull_polygons(info.vert_asset, info.vert, hull)
+      numvert = graphs[-1][0]
+      extrema[i] = mesh.hull_extrema(info.vert, graphs[-1][2 + numvert:2 + 2 * numvert])
+      polygons, n = mesh.hull_polygons(info.vert_asset, info.vert, hull)
       normals.append(n)
-    else:
-      graphs.append(None)
-    loops.append(mine)
-    at = [[] for _ in range(len(info.vert))]
-    for p, loop in enumerate(mine):
+    loops.append(polygons)
+    at: list[list[int]] = [[] for _ in range(len(info.vert))]
+    for p, loop in enumerate(polygons):
       for v in loop:
         at[v].append(p)
     polymap += at
