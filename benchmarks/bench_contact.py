@@ -2,7 +2,8 @@
 
 The harness of ``bench_smooth.py`` (see there for the columns) on models that touch the ground,
 contacts and constraints on, each model's own solver settings: dm_control's ``cheetah``,
-``walker`` and ``humanoid``, gymnasium's ``ant`` and ``humanoid``. Every engine steps the same
+``walker`` and ``humanoid``, gymnasium's ``ant`` and ``humanoid``, and ``meshes`` (this file's
+``MESHES_XML``: convex meshes and ellipsoids dropped on a plane). Every engine steps the same
 compiled MjModel from qpos0 (keyframe 0 where the model has one) and the same random
 velocities, controls zero. ``--grad`` adds the cost of a reverse-mode gradient of the batched
 rollout (d sum(final qpos) / d initial qvel) relative to the forward rollout, for flexor and MJX.
@@ -23,11 +24,39 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_smooth  # pylint: disable=wrong-import-position
 
 MODELS = {"cheetah": "dmc", "walker": "dmc", "humanoid": "dmc", "ant": "gym",
-          "gym_humanoid": "gym"}
+          "gym_humanoid": "gym", "meshes": "own"}
+
+
+def _points(points: Any) -> str:
+  return " ".join(f"{x:.6f}" for x in np.ravel(points))
+
+
+# Plane-mesh and plane-ellipsoid contacts only (the bodies do not collide with each other):
+# eight 12-sided prisms, eight 40-point convex clouds, eight ellipsoids.
+MESHES_XML = f"""
+<mujoco>
+  <asset>
+    <mesh name="prism" vertex="{_points([[.08 * np.cos(a), .08 * np.sin(a), z]
+                                         for a in np.arange(12) * np.pi / 6 for z in (-.05, .05)])}"/>
+    <mesh name="cloud" vertex="{_points(np.random.default_rng(5).normal(size=(40, 3)) * .06)}"/>
+  </asset>
+  <default><geom conaffinity="0"/></default>
+  <worldbody>
+    <geom type="plane" size="5 5 .1" conaffinity="1"/>
+    {"".join(f'<body pos="{0.3 * (k % 8)} {0.3 * (k // 8)} {0.1 + 0.02 * k}"><freejoint/>'
+             + ('<geom type="mesh" mesh="prism"/>' if k < 8 else
+                '<geom type="mesh" mesh="cloud"/>' if k < 16 else
+                '<geom type="ellipsoid" size=".08 .05 .04"/>') + '</body>'
+             for k in range(24))}
+  </worldbody>
+</mujoco>
+"""
 
 
 def _model(name: str) -> Any:
   import mujoco  # pylint: disable=import-outside-toplevel
+  if name == "meshes":
+    return mujoco.MjModel.from_xml_string(MESHES_XML)
   if MODELS.get(name) == "gym":
     import gymnasium  # pylint: disable=import-outside-toplevel
     root = os.path.join(os.path.dirname(gymnasium.__file__), "envs", "mujoco", "assets")
