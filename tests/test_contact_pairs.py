@@ -37,7 +37,7 @@ _MIDPHASE = mujoco.mjtDisableBit.mjDSBL_MIDPHASE
 def _compile(data: bytes, path: str | None = None):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    return compile_model(parse.load(data, path))[0]
+    return compile_model(parse.load(data, path), convex=True)[0]
 
 
 def _compile_path(path: str):
@@ -256,18 +256,33 @@ def test_excludes_and_pairs_sorted_by_signature():
   assert np.all(np.diff(np.asarray(ours.pair_signature)) >= 0)
 
 
+_UNSUPPORTED = """
+<mujoco>
+  <asset><mesh name="tet" vertex="0 0 0  0.1 0 0  0 0.1 0  0 0 0.1"/></asset>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1"/>
+    <body name="a"><freejoint/><geom type="box" size="0.1 0.1 0.1"/></body>
+    <body name="b"><freejoint/><geom type="mesh" mesh="tet"/>
+      <geom type="capsule" size="0.05 0.1" contype="2" conaffinity="2"/></body>
+    <body name="c"><freejoint/><geom type="cylinder" size="0.1 0.1"/>
+      <geom type="ellipsoid" size="0.1 0.2 0.3" contype="2" conaffinity="2"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
 def test_unsupported_pairs_warn_once():
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    compile_model(parse.load(_PAIRS.encode(), None))
+    compile_model(parse.load(_UNSUPPORTED.encode(), None), convex=True)
   ours = [w for w in caught if "narrow phase does not support" in str(w.message)]
   assert len(ours) == 1
-  # by the filters: post-b2, post-c2, a3-b2, a3-c2 (b-c is parent-child; floor-c2 and floor2-c2
-  # are plane-ellipsoid, supported);
-  # the explicit a1-c2, which also replaces the dynamic a1-c2
+  # a-b box-mesh, a-c box-cylinder, b-c mesh-cylinder; capsule-ellipsoid (b-c, contype 2) and
+  # every pair with the floor are supported
   message = str(ours[0].message)
-  assert message.startswith("5 geom pair(s)") and "cylinder-box" in message
-  assert "sphere-ellipsoid" in message and "plane-cylinder" not in message
+  assert message.startswith("3 geom pair(s)"), message
+  assert "cylinder-box" in message and "box-mesh" in message and "cylinder-mesh" in message
+  assert "ellipsoid" not in message and "plane" not in message
 
 
 def test_no_warning_without_unsupported_pairs():
@@ -288,7 +303,7 @@ def test_from_mujoco_candidates_match():
   m = mujoco.MjModel.from_xml_string(_PAIRS)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    ref = from_mujoco(m)
+    ref = from_mujoco(m, convex=True)
   ours = _compile(_PAIRS.encode())
   np.testing.assert_array_equal(ref.collision_geom, ours.collision_geom)
   np.testing.assert_array_equal(ref.collision_pairid, ours.collision_pairid)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import collision_primitive
+from flexor import collision_convex, collision_primitive
 from flexor.types import ContactGradient, Data, DisableBit, EnableBit, GeomType, Model
 
 _MINMU = 1e-5  # mjMINMU: smallest friction coefficient
@@ -208,12 +208,18 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
     exist = jnp.zeros(n, bool)
     for key in sorted({tuple(t) for t in types.tolist()}):
       cands = np.flatnonzero((types[:, 0] == key[0]) & (types[:, 1] == key[1]))
-      collide = collision_primitive.COLLIDERS[key]
       g1, g2 = geom[cands, 0], geom[cands, 1]
-      hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
-      c_dist, c_pos, c_frame, c_exist = jax.vmap(collide)(
-          d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
-          d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands], *hull)
+      args = (d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
+              d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands])
+      if key in collision_convex.PAIRS:
+        collide = collision_convex.make_collider(key[0], key[1], m.opt.ccd_iterations)
+        verts = [hulls(m, g).vert if t == GeomType.MESH else None for g, t in zip((g1, g2), key)]
+        tol = jnp.broadcast_to(m.opt.ccd_tolerance, (len(cands),))
+        c_dist, c_pos, c_frame, c_exist = jax.vmap(collide)(*args, *verts, tol)
+      else:
+        hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
+        collide = collision_primitive.COLLIDERS[key]
+        c_dist, c_pos, c_frame, c_exist = jax.vmap(collide)(*args, *hull)
       k = c_dist.shape[1]
       slots = (m.collision_conadr[cands][:, None] + np.arange(k)).reshape(-1)
       dist = dist.at[slots].set(c_dist.reshape(-1))

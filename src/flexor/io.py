@@ -12,9 +12,9 @@ from flexor.mjcf.compile import compile_model
 from flexor.types import Model
 
 
-def _compile(source: parse.Source, dtype: Any) -> Model:
+def _compile(source: parse.Source, dtype: Any, convex: bool) -> Model:
   """Compiles ``source``, then fills the compile-time constants that need the simulation."""
-  model, pending = compile_model(source, dtype)
+  model, pending = compile_model(source, dtype, convex)
   try:
     return setconst.set_const(model, setconst.Pending(
         springdamper=pending["springdamper"],
@@ -25,14 +25,18 @@ def _compile(source: parse.Source, dtype: Any) -> Model:
                        "tendon and set <compiler><lengthrange uselimit=\"true\">") from None
 
 
-def load_mjcf(path: str | os.PathLike, *, dtype: Any = None, root: str | os.PathLike | None = None
-              ) -> Model:
+def load_mjcf(path: str | os.PathLike, *, dtype: Any = None, root: str | os.PathLike | None = None,
+              convex: bool = False) -> Model:
   """Compiles the MJCF file at ``path`` into a Model.
 
   Args:
     path: the model file; ``<include>`` and asset files are resolved relative to its folder.
     dtype: float dtype of the Model's traced fields (default: float64 if x64 is enabled).
     root: optional folder that every file the model reads must lie in (for untrusted models).
+    convex: collide the pairs MuJoCo sends to GJK and EPA that flexor supports (an ellipsoid
+      against anything, a sphere or an ellipsoid against a mesh); off by default because each
+      such geom-type pair adds 30-40 s of XLA compile time on a 2-core CPU, and without it
+      they are left out with a warning.
   Raises:
     MJCFError: naming file, line, element and attribute of the first problem found.
   """
@@ -47,11 +51,11 @@ def load_mjcf(path: str | os.PathLike, *, dtype: Any = None, root: str | os.Path
     if os.path.commonpath([real_root, real]) != real_root:
       raise MJCFError(f"model file is outside the allowed root folder {real_root}", file=path)
   source = parse.load(data, path, root_dir=os.fspath(root) if root is not None else None)
-  return _compile(source, dtype)
+  return _compile(source, dtype, convex)
 
 
 def load_mjcf_string(xml: str | bytes, assets: dict[str, bytes] | None = None, *,
-                     dtype: Any = None) -> Model:
+                     dtype: Any = None, convex: bool = False) -> Model:
   """Compiles MJCF text into a Model.
 
   Args:
@@ -59,9 +63,10 @@ def load_mjcf_string(xml: str | bytes, assets: dict[str, bytes] | None = None, *
     assets: files it names (includes, meshes, ...), by the path the model uses; nothing is read
       from disk.
     dtype: float dtype of the Model's traced fields.
+    convex: as for :func:`load_mjcf`.
   Raises:
     MJCFError: naming line, element and attribute of the first problem found.
   """
   data = xml.encode() if isinstance(xml, str) else xml
   source = parse.load(data, None, assets=assets)
-  return _compile(source, dtype)
+  return _compile(source, dtype, convex)

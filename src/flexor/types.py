@@ -449,6 +449,7 @@ class Option(_Node):
   viscosity: jax.Array         # () Pa s, medium viscosity
   impratio: jax.Array          # ()
   tolerance: jax.Array         # ()
+  ccd_tolerance: jax.Array     # () m, GJK/EPA's convergence tolerance
   o_margin: jax.Array          # ()
   o_solref: jax.Array          # (2,)
   o_solimp: jax.Array          # (5,)
@@ -462,6 +463,7 @@ class Option(_Node):
   iterations: int
   ls_iterations: int
   noslip_iterations: int
+  ccd_iterations: int          # GJK and EPA iterations (fixes EPA's polytope size)
   disableflags: int            # DisableBit
   enableflags: int             # EnableBit
   disableactuator: int         # bit k set: actuators of group k are disabled

@@ -20,12 +20,12 @@ from flexor.types import (_REQUIRED, JNT_NQ, JNT_NV, BiasType, DynType, GainType
 
 _OPTION_DEFAULTS: dict[str, Any] = dict(
     timestep=0.002, gravity=(0.0, 0.0, -9.81), wind=(0.0, 0.0, 0.0), magnetic=(0.0, -0.5, 0.0),
-    density=0.0, viscosity=0.0, impratio=1.0, tolerance=1e-8, o_margin=0.0,
+    density=0.0, viscosity=0.0, impratio=1.0, tolerance=1e-8, ccd_tolerance=1e-6, o_margin=0.0,
     o_solref=(0.02, 1.0), o_solimp=(0.9, 0.95, 0.001, 0.5, 2.0),
     o_friction=(1.0, 1.0, 0.005, 0.0001, 0.0001), contact_gradient_width=0.01,
     contact_gradient_timeconst=0.2,
     integrator=0, cone=0, jacobian=2, solver=2, iterations=100, ls_iterations=50,
-    noslip_iterations=0, disableflags=0, enableflags=0, disableactuator=0,
+    noslip_iterations=0, ccd_iterations=35, disableflags=0, enableflags=0, disableactuator=0,
     contact_gradient=0)
 
 
@@ -168,7 +168,8 @@ def _plastic_tables(f: dict[str, Any], jnt_type: np.ndarray, ntendon: int) -> di
               nplastic=int(width.sum()))
 
 
-def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = None) -> Model:
+def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = None,
+             convex: bool = False) -> Model:
   """Returns a Model from primary per-element arrays.
 
   Args:
@@ -178,6 +179,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       ``key_*`` default to empty.
     option: physics options; MuJoCo's defaults if None.
     dtype: float dtype of the traced fields (default: float64 if x64 is enabled, else float32).
+    convex: collide the GJK/EPA pairs (``contact_pairs.CONVEX``).
   Returns:
     The Model, with derived addresses, dof tree, subtree masses and tree tables.
   """
@@ -265,7 +267,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   out["body_simple"][_armature_wrap_bodies(out)] = 0
   out.update(plastic)
   out["mesh_polyquad"] = mesh.polygon_quads(out)
-  out.update(contact_pairs.candidates(out, out["opt"].disableflags))
+  out.update(contact_pairs.candidates(out, out["opt"].disableflags, convex))
   out.update(constraint_rows.layout(out, out["opt"]))
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
 

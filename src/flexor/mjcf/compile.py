@@ -90,7 +90,7 @@ def _option(source: Source, dtype: Any):
     for name, n in (("gravity", 3), ("wind", 3), ("magnetic", 3)):
       if r.has(name):
         values[name] = r.floats(name, n)
-    for name in ("density", "viscosity", "impratio", "tolerance", "o_margin"):
+    for name in ("density", "viscosity", "impratio", "tolerance", "ccd_tolerance", "o_margin"):
       if r.has(name):
         values[name] = r.float(name)
     if values.get("impratio", 1.0) <= 0:
@@ -104,7 +104,7 @@ def _option(source: Source, dtype: Any):
                         ("solver", _SOLVERS)):
       if r.has(name):
         values[name] = r.keyword(name, table, 0)
-    for name in ("iterations", "ls_iterations", "noslip_iterations"):
+    for name in ("iterations", "ls_iterations", "noslip_iterations", "ccd_iterations"):
       if r.has(name):
         values[name] = r.int(name)
         r.positive(name, values[name])
@@ -355,7 +355,7 @@ def _lengthrange_options(source: Source) -> dict[str, Any]:
   return opt
 
 
-def _compile(source: Source, dtype: Any) -> tuple[Model, dict[str, Any]]:
+def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str, Any]]:
   compiler = _compiler(source)
   option = _option(source, dtype)
   defaults = Defaults(source)
@@ -385,10 +385,11 @@ def _compile(source: Source, dtype: Any) -> tuple[Model, dict[str, Any]]:
                  lengthrange=_lengthrange_options(source),
                  actuator_elements=[element for section in source.sections("actuator")
                                     for element in section if element.tag in ACTUATOR_TAGS])
-  return assemble(fields, option, dtype), pending
+  return assemble(fields, option, dtype, convex), pending
 
 
-def compile_model(source: Source, dtype: Any = None) -> tuple[Model, dict[str, Any]]:
+def compile_model(source: Source, dtype: Any = None, convex: bool = False
+                  ) -> tuple[Model, dict[str, Any]]:
   """Compiles a parsed, schema-checked MJCF source into a Model.
 
   Fields MuJoCo's compiler computes by running the model (acc0, lengths at qpos0, dampratio,
@@ -405,9 +406,10 @@ def compile_model(source: Source, dtype: Any = None) -> tuple[Model, dict[str, A
   Args:
     source: from :func:`flexor.mjcf.parse.load`.
     dtype: float dtype of the traced fields.
+    convex: collide the GJK/EPA pairs (``contact_pairs.CONVEX``).
   Returns:
     (the Model, numbered as MuJoCo numbers it; the dict above).
   Raises:
     MJCFError: a value, reference or file is invalid.
   """
-  return _compile(source, dtype)
+  return _compile(source, dtype, convex)

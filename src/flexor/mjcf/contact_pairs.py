@@ -38,10 +38,15 @@ _P, _H, _S, _C, _E, _Y, _B, _M, _D = (GeomType.PLANE, GeomType.HFIELD, GeomType.
 _HAS_FUNCTION = {(a, b) for a in GeomType for b in GeomType
                  if a <= b and not (a in (_P, _H) and b in (_P, _H))}
 
-# the subset flexor's narrow phase implements (MuJoCo's primitive colliders and mjc_PlaneConvex;
-# not mjc_Convex, height fields or SDFs)
+# the pairs MuJoCo sends to mjc_Convex that flexor's GJK/EPA covers: those with a sphere or an
+# ellipsoid, where MuJoCo 4.0 makes one contact (for capsule, cylinder, box and mesh pairs it
+# makes 1, 2 or 4 by a multi-contact search flexor does not have yet)
+CONVEX = frozenset({(_S, _E), (_S, _M), (_C, _E), (_E, _E), (_E, _Y), (_E, _B), (_E, _M)})
+
+# the subset flexor's narrow phase implements (MuJoCo's primitive colliders, mjc_PlaneConvex and
+# the CONVEX pairs of mjc_Convex; not height fields or SDFs)
 SUPPORTED = frozenset({(_P, _S), (_P, _C), (_P, _E), (_P, _Y), (_P, _B), (_P, _M), (_S, _S),
-                       (_S, _C), (_S, _Y), (_S, _B), (_C, _C), (_C, _B), (_B, _B)})
+                       (_S, _C), (_S, _Y), (_S, _B), (_C, _C), (_C, _B), (_B, _B)}) | CONVEX
 
 
 def max_contacts(type1: int, type2: int) -> int:
@@ -78,13 +83,12 @@ def _function_types(g1: int, g2: int, geom_type: np.ndarray) -> tuple[int, int]:
   return (t1, t2) if t1 <= t2 else (t2, t1)
 
 
-def candidates(f: dict[str, Any], disableflags: int) -> dict[str, Any]:
+def candidates(f: dict[str, Any], disableflags: int, convex: bool = False) -> dict[str, Any]:
   """Returns collision_geom (ncollision, 2), collision_pairid (ncollision,) and ncollision.
 
-  Pairs MuJoCo would collide but flexor's narrow phase cannot (height fields, SDFs, meshes and
-  ellipsoids against anything but a plane, and the convex pairs cylinder-cylinder, cylinder-box,
-  capsule-cylinder) are
-  left out, with one warning naming them. ``mjDSBL_CONTACT``/``CONSTRAINT`` are not applied
+  Pairs MuJoCo would collide but flexor's narrow phase cannot (height fields, SDFs, the convex
+  pairs MuJoCo gives several contacts, and the CONVEX pairs unless ``convex``) are left out, with
+  one warning naming them. ``mjDSBL_CONTACT``/``CONSTRAINT`` are not applied
   here: the driver checks them at run time.
 
   Args:
@@ -92,6 +96,8 @@ def candidates(f: dict[str, Any], disableflags: int) -> dict[str, Any]:
       body_jntnum, body_dofnum and body_mocapid included).
     disableflags: the model's opt.disableflags (FILTERPARENT changes the parent-child rule,
       MIDPHASE the order within a body pair).
+    convex: keep the CONVEX pairs (GJK and EPA, which add tens of seconds of compile time per
+      type pair).
   """
   geom_type = np.asarray(f["geom_type"]).astype(np.int64)
   geom_bodyid = np.asarray(f["geom_bodyid"]).astype(np.int64)
@@ -143,14 +149,17 @@ def candidates(f: dict[str, Any], disableflags: int) -> dict[str, Any]:
         found.append((key, o1, o2, -1))
 
   found.sort(key=lambda item: item[0])
-  supported = [_function_types(g1, g2, geom_type) in SUPPORTED for _, g1, g2, _ in found]
+  known = SUPPORTED if convex else SUPPORTED - CONVEX
+  supported = [_function_types(g1, g2, geom_type) in known for _, g1, g2, _ in found]
   keep = [item for item, ok in zip(found, supported) if ok]
   dropped = [item for item, ok in zip(found, supported) if not ok]
   if dropped:
     kinds = sorted({_function_types(g1, g2, geom_type) for _, g1, g2, _ in dropped})
     names = ", ".join(f"{GeomType(a).name.lower()}-{GeomType(b).name.lower()}" for a, b in kinds)
+    hint = ("; load the model with convex=True for GJK/EPA on the ellipsoid and sphere-mesh "
+            "pairs" if any(kind in CONVEX for kind in kinds) else "")
     warnings.warn(f"{len(dropped)} geom pair(s) that MuJoCo would collide are left out: flexor's "
-                  f"narrow phase does not support {names} yet", stacklevel=2)
+                  f"narrow phase does not support {names} yet{hint}", stacklevel=2)
   geom = np.array([(g1, g2) for _, g1, g2, _ in keep], dtype=np.int32).reshape(-1, 2)
   pairid = np.array([k for _, _, _, k in keep], dtype=np.int32)
   return dict(collision_geom=geom, collision_pairid=pairid, ncollision=len(keep))

@@ -19,8 +19,9 @@ _COPY = tuple(name for name, spec in field_table(Model).items() if not spec["der
 _KEYS = ("key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat")
 
 
-def from_mujoco(m: Any, dtype: Any = None) -> Model:
-  """Returns a flexor Model with the same structure and parameters as ``m`` (a mujoco.MjModel)."""
+def from_mujoco(m: Any, dtype: Any = None, convex: bool = False) -> Model:
+  """Returns a flexor Model with the same structure and parameters as ``m`` (a mujoco.MjModel);
+  ``convex`` as for :func:`flexor.load_mjcf`."""
   import mujoco  # pylint: disable=import-outside-toplevel
 
   fields: dict[str, Any] = {}
@@ -44,11 +45,12 @@ def from_mujoco(m: Any, dtype: Any = None) -> Model:
   option = make_option(
       dtype, timestep=o.timestep, gravity=np.array(o.gravity), wind=np.array(o.wind),
       magnetic=np.array(o.magnetic), density=o.density, viscosity=o.viscosity,
-      impratio=o.impratio, tolerance=o.tolerance, o_margin=o.o_margin,
+      impratio=o.impratio, tolerance=o.tolerance, ccd_tolerance=o.ccd_tolerance,
+      ccd_iterations=o.ccd_iterations, o_margin=o.o_margin,
       o_solref=np.array(o.o_solref), o_solimp=np.array(o.o_solimp),
       o_friction=np.array(o.o_friction), integrator=o.integrator, cone=o.cone,
       jacobian=o.jacobian, solver=o.solver, iterations=o.iterations,
       ls_iterations=o.ls_iterations, noslip_iterations=o.noslip_iterations,
       disableflags=o.disableflags, enableflags=o.enableflags,
       disableactuator=o.disableactuator)
-  return assemble(fields, option, dtype)
+  return assemble(fields, option, dtype, convex)

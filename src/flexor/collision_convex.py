@@ -1,0 +1,736 @@
+"""Convex collision of the geom pairs MuJoCo 4.0 sends to ``mjc_Convex`` with its native CCD
+(``engine_collision_convex.c``, ``engine_collision_gjk.c``) and answers with one contact: a
+sphere, capsule, ellipsoid, cylinder or box against an ellipsoid, and a sphere or an ellipsoid
+against a mesh (``contact_pairs.CONVEX``).
+
+``mjc_ccd`` first runs GJK on the Minkowski difference of the two geoms. A sphere shrinks to its
+centre and a capsule to its segment; if those cores stay farther apart than ``ccd_tolerance``,
+the contact is the cores' closest points pushed out by the radii. Otherwise GJK runs on the full
+geoms (each inflated by half the margin) until a support plane separates them or a simplex
+encloses the origin, and EPA grows that simplex into a polytope until the upper bound of its
+nearest face is within ``ccd_tolerance`` of the face: the face's point gives the depth, the
+normal and the two witness points.
+
+This follows the 4.0 machine code where it departs from the 3.12 sources: GJK has no
+``gjkIntersect`` fallback, and EPA stops on the current iteration's upper bound (3.12: the
+smallest so far) and drops a first face whose smallest bound lies more than the tolerance (3.12:
+1e-10) below it. MuJoCo 4.0 gives pairs of capsules, cylinders, boxes and meshes 1, 2 or 4
+contacts with a multi-contact search that is not built here.
+
+The loops (``lax.while_loop``) follow the C code step by step on values without derivatives and
+record the direction in which each support point was taken. The result (the final simplex or
+EPA face) is then evaluated again from those directions with derivatives: the support points
+move with the geoms, so d(dist) is the exact derivative of the depth at a fixed feature (for
+curved surfaces the envelope theorem makes it the derivative of the true depth), and d(pos),
+d(frame) follow the feature. Every division is guarded so gradients stay finite.
+
+Polytope faces live in fixed arrays (6 * ccd_iterations faces). MuJoCo keeps the faces that can
+still be nearest in a map whose order changes with every deletion; here a flag marks them and
+the nearest is the lowest face index, which differs from MuJoCo only where two faces are at
+exactly the same distance.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor.collision_primitive import Contacts, _Contact, _finish
+from flexor.mjcf.contact_pairs import CONVEX
+from flexor.types import GeomType
+
+_G = GeomType
+MINVAL = 1e-15
+_MINVAL2 = MINVAL * MINVAL
+_MAXVAL2 = 1e10 * 1e10
+_MINDIST = _MINVAL2  # mjMINDIST2/3/4 in double precision
+_POINT, _LINE = -1, -2  # the cores of a sphere and a capsule
+_HORIZON = 24  # MuJoCo's horizon buffer holds 24 edges
+
+# Components of a vertex (..., 4, 3): the Minkowski difference point, the support points on
+# geom 1 and geom 2, and the direction (for geom 1; geom 2 took its negative).
+_V, _A, _B, _D = 0, 1, 2, 3
+
+
+class Geom(NamedTuple):
+  """One geom as the CCD sees it. ``kind`` (static) is its GeomType, or _POINT / _LINE for the
+  core of a sphere / capsule; ``vert`` (H, 3) the hull vertices of a mesh in its frame (else
+  unused); ``half_margin`` () the inflation MuJoCo adds to every support point."""
+  kind: int
+  pos: jax.Array
+  mat: jax.Array
+  size: jax.Array
+  vert: jax.Array
+  half_margin: jax.Array
+
+
+def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
+  return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
+
+
+def _cross(a: jax.Array, b: jax.Array) -> jax.Array:
+  return jnp.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+                    a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+                    a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], axis=-1)
+
+
+def _det3(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
+  return (a[..., 0] * (b[..., 1] * c[..., 2] - b[..., 2] * c[..., 1])
+          + a[..., 1] * (b[..., 2] * c[..., 0] - b[..., 0] * c[..., 2])
+          + a[..., 2] * (b[..., 0] * c[..., 1] - b[..., 1] * c[..., 0]))
+
+
+def _safe(x: jax.Array, ok: jax.Array) -> jax.Array:
+  return jnp.where(ok, x, 1.0)
+
+
+def _norm(v: jax.Array) -> jax.Array:
+  n2 = _dot(v, v)
+  return jnp.where(n2 > 0, jnp.sqrt(_safe(n2, n2 > 0)), 0.0)
+
+
+def _local_to_global(mat: jax.Array, local: jax.Array, pos: jax.Array) -> jax.Array:
+  return (mat[:, 0] * local[0] + mat[:, 1] * local[1] + mat[:, 2] * local[2]) + pos
+
+
+#------------------------------------ support functions --------------------------------------------
+
+def _support_point(g: Geom, d: jax.Array) -> jax.Array:
+  """The point of geom ``g`` farthest along unit direction ``d`` (3,) (mjc_*Support), plus the
+  margin's inflation."""
+  # mulMatTVec3's left-to-right sums (a matmul's order would move the last bits)
+  local = g.mat[0] * d[0] + g.mat[1] * d[1] + g.mat[2] * d[2]
+  mat, pos, size = g.mat, g.pos, g.size
+  if g.kind == _POINT:
+    res = pos
+  elif g.kind == _LINE:
+    scl = jnp.where(_dot(mat[:, 2], d) >= 0, size[1], -size[1])
+    res = mat[:, 2] * scl + pos
+  elif g.kind == _G.SPHERE:
+    res = size[0] * d + pos
+  elif g.kind == _G.CAPSULE:
+    loc = local * size[0]
+    loc = loc.at[2].add(jnp.where(local[2] >= 0, size[1], -size[1]))
+    res = _local_to_global(mat, loc, pos)
+  elif g.kind == _G.ELLIPSOID:
+    loc = local * size
+    n2 = _dot(loc, loc)
+    small = n2 < _MINVAL2
+    loc = loc * ((1 / jnp.sqrt(_safe(n2, ~small))) * size)
+    res = jnp.where(small, mat[:, 0] * size[0] + pos, _local_to_global(mat, loc, pos))
+  elif g.kind == _G.CYLINDER:
+    n2 = local[0] * local[0] + local[1] * local[1]
+    ok = n2 >= _MINVAL2
+    scl = jnp.where(ok, size[0] / jnp.sqrt(_safe(n2, ok)), 0.0)
+    loc = jnp.stack([scl * local[0], scl * local[1], jnp.where(local[2] >= 0, size[1], -size[1])])
+    res = _local_to_global(mat, loc, pos)
+  elif g.kind == _G.BOX:
+    res = _local_to_global(mat, jnp.where(local >= 0, size, -size), pos)
+  elif g.kind == _G.MESH:
+    score = jax.lax.stop_gradient(g.vert) @ jax.lax.stop_gradient(local)
+    res = _local_to_global(mat, g.vert[jnp.argmax(score)], pos)
+  else:
+    raise ValueError(f"no support function for geom type {g.kind}")
+  return res + g.half_margin * d
+
+
+def _support(g1: Geom, g2: Geom, d: jax.Array) -> jax.Array:
+  """A vertex (4, 3) of the Minkowski difference in direction ``d`` (geom 2 takes -d)."""
+  a, b = _support_point(g1, d), _support_point(g2, -d)
+  return jnp.stack([a - b, a, b, d])
+
+
+def _unit_support(g1: Geom, g2: Geom, d: jax.Array, dnorm: jax.Array) -> jax.Array:
+  """epaSupport: the vertex in direction d / dnorm, or (1, 0, 0) where dnorm is tiny."""
+  ok = dnorm > MINVAL
+  unit = jnp.where(ok, d / _safe(dnorm, ok), jnp.array([1.0, 0.0, 0.0], d.dtype))
+  return _support(g1, g2, unit)
+
+
+#------------------------------------ GJK's distance subalgorithm ----------------------------------
+
+def _same_sign(a: jax.Array, b: jax.Array) -> jax.Array:
+  return ((a > 0) & (b > 0)) | ((a < 0) & (b < 0))
+
+
+def _project_origin_plane(v1: jax.Array, v2: jax.Array, v3: jax.Array
+                          ) -> tuple[jax.Array, jax.Array]:
+  """The origin projected on the plane through v1, v2, v3, and whether that failed
+  (projectOriginPlane returning 1)."""
+  d21, d31, d32 = v2 - v1, v3 - v1, v3 - v2
+  cands = [(_cross(d32, d21), v2), (_cross(d21, d31), v1), (_cross(d31, d32), v3)]
+  res, fail, done = jnp.zeros(3, v1.dtype), jnp.array(False), jnp.array(False)
+  for i, (n, v) in enumerate(cands):
+    nv, nn = _dot(n, v), _dot(n, n)
+    take = (nv != 0) & (nn > MINVAL) if i < 2 else jnp.array(True)
+    here = ~done & take
+    res = jnp.where(here, n * (nv / _safe(nn, nn != 0)), res)
+    if i < 2:
+      fail = fail | (~done & (nn == 0))
+      done = done | (nn == 0) | take
+  return res, fail
+
+
+def _s1d(s1: jax.Array, s2: jax.Array) -> jax.Array:
+  """Barycentric coordinates (2,) of the segment's point nearest to the origin."""
+  diff = s2 - s1
+  dd = _dot(diff, diff)
+  p = s2 - (_dot(s2, diff) / _safe(dd, dd != 0)) * diff
+  mu = s1 - s2
+  index = jnp.where(jnp.abs(mu[1]) >= jnp.abs(mu[0]), 1, 0)
+  index = jnp.where(jnp.abs(mu[2]) >= jnp.abs(mu[index]), 2, index)
+  mu_max = mu[index]
+  c1, c2 = p[index] - s2[index], s1[index] - p[index]
+  same = _same_sign(mu_max, c1) & _same_sign(mu_max, c2)
+  inv = _safe(mu_max, same)
+  return jnp.stack([jnp.where(same, c1 / inv, 0.0), jnp.where(same, c2 / inv, 1.0)])
+
+
+def _best_sub(parts: list[tuple[jax.Array, jax.Array, jax.Array]], n: int) -> jax.Array:
+  """S2D/S3D's fallback: among the sub-simplices whose sign test failed (``bad``), the one whose
+  nearest point is closest; parts are (bad, lambda (n,), d2), the first bad one always wins."""
+  lam, dmin, first = jnp.zeros(n, parts[0][1].dtype), jnp.array(jnp.inf), jnp.array(True)
+  for bad, sub, d2 in parts:
+    take = bad & (first | (d2 < dmin))
+    lam = jnp.where(take, sub, lam)
+    dmin = jnp.where(take, d2, dmin)
+    first = first & ~bad
+  return lam
+
+
+def _areas(v1: jax.Array, v2: jax.Array, v3: jax.Array, p: jax.Array
+           ) -> tuple[jax.Array, jax.Array]:
+  """Signed areas (3,) of (p, v2, v3), (p, v3, v1), (p, v1, v2) and of (v1, v2, v3), projected
+  on the coordinate plane where the triangle's shadow is largest (S2D's and triAffineCoord's
+  C31, C32, C33 and M_max)."""
+  m14 = v2[1]*v3[2] - v2[2]*v3[1] - v1[1]*v3[2] + v1[2]*v3[1] + v1[1]*v2[2] - v1[2]*v2[1]
+  m24 = v2[0]*v3[2] - v2[2]*v3[0] - v1[0]*v3[2] + v1[2]*v3[0] + v1[0]*v2[2] - v1[2]*v2[0]
+  m34 = v2[0]*v3[1] - v2[1]*v3[0] - v1[0]*v3[1] + v1[1]*v3[0] + v1[0]*v2[1] - v1[1]*v2[0]
+  mu1, mu2, mu3 = jnp.abs(m14), jnp.abs(m24), jnp.abs(m34)
+  first = (mu1 >= mu2) & (mu1 >= mu3)
+  second = ~first & (mu2 >= mu3)
+  m_max = jnp.where(first, m14, jnp.where(second, m24, m34))
+  x = jnp.where(first, 1, 0)
+  y = jnp.where(first | second, 2, 1)
+
+  def area(u, w):
+    return p[x]*u[y] + p[y]*w[x] + u[x]*w[y] - p[x]*w[y] - p[y]*u[x] - w[x]*u[y]
+  return jnp.stack([area(v2, v3), area(v3, v1), area(v1, v2)]), m_max
+
+
+def _s2d(s1: jax.Array, s2: jax.Array, s3: jax.Array) -> jax.Array:
+  """Barycentric coordinates (3,) of the triangle's point nearest to the origin."""
+  p, fail = _project_origin_plane(s1, s2, s3)
+  c, m_max = _areas(s1, s2, s3, p)
+  comp = [_same_sign(m_max, c[i]) for i in range(3)]
+  inside = comp[0] & comp[1] & comp[2]
+  lam_in = c / _safe(m_max, m_max != 0)
+  sv = (s1, s2, s3)
+  parts = []
+  for bad, (i, j) in zip(comp, ((1, 2), (0, 2), (0, 1))):
+    sub = _s1d(sv[i], sv[j])
+    pt = sub[0] * sv[i] + sub[1] * sv[j]
+    lam = jnp.zeros(3, s1.dtype).at[i].set(sub[0]).at[j].set(sub[1])
+    parts.append((~bad, lam, _dot(pt, pt)))
+  lam = jnp.where(inside, lam_in, _best_sub(parts, 3))
+  edge = jnp.concatenate([_s1d(s1, s2), jnp.zeros(1, s1.dtype)])
+  return jnp.where(fail, edge, lam)
+
+
+def _s3d(s1: jax.Array, s2: jax.Array, s3: jax.Array, s4: jax.Array) -> jax.Array:
+  """Barycentric coordinates (4,) of the tetrahedron's point nearest to the origin."""
+  c41, c42 = -_det3(s2, s3, s4), _det3(s1, s3, s4)
+  c43, c44 = -_det3(s1, s2, s4), _det3(s1, s2, s3)
+  m_det = c41 + c42 + c43 + c44
+  comp = [_same_sign(m_det, c) for c in (c41, c42, c43, c44)]
+  inside = comp[0] & comp[1] & comp[2] & comp[3]
+  inv = _safe(m_det, m_det != 0)
+  lam_in = jnp.stack([c41 / inv, c42 / inv, c43 / inv, c44 / inv])
+  sv = (s1, s2, s3, s4)
+  parts = []
+  for bad, keep in zip(comp, ((1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2))):
+    sub = _s2d(*(sv[i] for i in keep))
+    pt = sub[0] * sv[keep[0]] + sub[1] * sv[keep[1]] + sub[2] * sv[keep[2]]
+    lam = jnp.zeros(4, s1.dtype).at[np.array(keep)].set(sub)
+    parts.append((~bad, lam, _dot(pt, pt)))
+  return jnp.where(inside, lam_in, _best_sub(parts, 4))
+
+
+def _subdistance(n: jax.Array, s: jax.Array) -> jax.Array:
+  """Barycentric coordinates (4,) of the point of the n-simplex s (4, 3) nearest the origin."""
+  zero = jnp.zeros(1, s.dtype)
+  return jnp.select(
+      [n == 4, n == 3, n == 2],
+      [_s3d(s[0], s[1], s[2], s[3]), jnp.concatenate([_s2d(s[0], s[1], s[2]), zero]),
+       jnp.concatenate([_s1d(s[0], s[1]), zero, zero])],
+      jnp.array([1.0, 0.0, 0.0, 0.0], s.dtype))
+
+
+def _lincomb(lam: jax.Array, n: jax.Array, pts: jax.Array) -> jax.Array:
+  """sum_{i<n} lam_i pts_i, (3,) from pts (4, 3)."""
+  w = jnp.where(jnp.arange(4) < n, lam, 0.0)
+  return ((w[0] * pts[0] + w[1] * pts[1]) + w[2] * pts[2]) + w[3] * pts[3]
+
+
+#------------------------------------ GJK -----------------------------------------------------------
+
+_RUN, _DONE, _SEP = 0, 1, 2
+
+
+class _Gjk(NamedTuple):
+  simplex: jax.Array  # (4, 4, 3) vertices
+  n: jax.Array
+  k: jax.Array
+  x: jax.Array
+  xn: jax.Array
+  xn_prev: jax.Array
+  lam: jax.Array
+  mode: jax.Array
+
+
+def _gjk_loop(sup: Callable, st: _Gjk, kmax: int, tol: jax.Array, get_dist: bool,
+              cutoff: jax.Array) -> _Gjk:
+  """GJK's main loop (``gjk`` up to its exits)."""
+  eps, min_norm = 0.5 * tol * tol, tol
+
+  def body(st: _Gjk) -> _Gjk:
+    stagnant = (st.xn < min_norm) | (jnp.abs(st.xn_prev - st.xn) < MINVAL)
+    inv = 1 / _safe(st.xn, st.xn != 0)
+    s = sup(-(st.x * inv))
+    eps_stop = _dot(st.x, st.x - s[_V]) < eps
+    lower = _dot(st.x, s[_V])
+    if get_dist:
+      sep = (cutoff < jnp.finfo(s.dtype).max) & (lower > 0) & (lower >= cutoff * st.xn)
+    else:
+      sep = lower > 0
+    mode_a = jnp.where(stagnant | eps_stop, _DONE, jnp.where(sep, _SEP, _RUN))
+    go = mode_a == _RUN
+    simplex = jnp.where(go, st.simplex.at[jnp.minimum(st.n, 3)].set(s), st.simplex)
+
+    lam = _subdistance(st.n + 1, simplex[:, _V])
+    keep = lam != 0
+    order = jnp.argsort(~keep, stable=True)
+    simplex_b, lam_b = simplex[order], jnp.where(keep[order], lam[order], 0.0)
+    n_b = jnp.sum(keep).astype(st.n.dtype)
+    x_b = _lincomb(lam_b, n_b, simplex_b[:, _V])
+    mode_b = jnp.where(n_b < 1, _SEP, jnp.where(n_b == 4, _DONE, _RUN))
+    return _Gjk(
+        simplex=jnp.where(go, simplex_b, simplex), n=jnp.where(go, n_b, st.n),
+        k=jnp.where(go & (mode_b == _RUN), st.k + 1, st.k), x=jnp.where(go, x_b, st.x),
+        xn=jnp.where(go, _norm(x_b), st.xn), xn_prev=jnp.where(go, st.xn, st.xn_prev),
+        lam=jnp.where(go, lam_b, st.lam), mode=jnp.where(go, mode_b, mode_a))
+
+  return jax.lax.while_loop(lambda st: (st.mode == _RUN) & (st.k < kmax), body, st)
+
+
+class _GjkResult(NamedTuple):
+  simplex: jax.Array   # (4, 4, 3)
+  n: jax.Array         # vertices in the simplex
+  lam: jax.Array       # (4,) barycentric coordinates of the nearest point
+  dist: jax.Array      # status->dist[0]
+  separated: jax.Array
+  has_x: jax.Array     # witness points exist (status->nx)
+
+
+def _gjk(sup: Callable, x1: jax.Array, x2: jax.Array, kmax: int, tol: jax.Array,
+         cutoff: jax.Array | None) -> _GjkResult:
+  """MuJoCo's ``gjk``; ``cutoff`` None is dist_cutoff 0 (no distances needed: stop as soon as a
+  support plane separates the geoms). MuJoCo 4.0 has no gjkIntersect fallback (3.12's
+  ``gjkIntersect`` is gone from its binary, and its traces continue GJK to the tetrahedron)."""
+  dtype = x1.dtype
+  x = x1 - x2
+  st = _Gjk(simplex=jnp.zeros((4, 4, 3), dtype), n=jnp.array(0), k=jnp.array(0), x=x,
+            xn=_norm(x), xn_prev=jnp.zeros((), dtype), lam=jnp.zeros(4, dtype),
+            mode=jnp.array(_RUN))
+  get_dist = cutoff is not None
+  st = _gjk_loop(sup, st, kmax, tol, get_dist, cutoff if get_dist else jnp.zeros((), dtype))
+  sep_early = st.mode == _SEP
+  final = sup(-(st.x * (1 / _safe(st.xn, st.xn != 0))))
+  separated = _dot(st.x, final[_V]) > 0
+  dist = jnp.where((st.n == 4) & ~separated, 0.0, st.xn)
+  return _GjkResult(simplex=st.simplex, n=jnp.where(sep_early, 0, st.n), lam=st.lam,
+                    dist=jnp.where(sep_early, jnp.finfo(dtype).max, dist),
+                    separated=sep_early | separated, has_x=~sep_early)
+
+
+#------------------------------------ EPA -----------------------------------------------------------
+
+class _Polytope(NamedTuple):
+  vert: jax.Array     # (NV, 4, 3)
+  nvert: jax.Array
+  face: jax.Array     # (NF, 3) vertex ids
+  adj: jax.Array      # (NF, 3) adjacent faces across edges (v0 v1), (v1 v2), (v2 v0)
+  v: jax.Array        # (NF, 3) the origin's projection on the face, pointing outward
+  dist2: jax.Array    # (NF,)
+  alive: jax.Array    # (NF,) not deleted
+  in_map: jax.Array   # (NF,) a candidate for the nearest face
+  nface: jax.Array
+  center: jax.Array   # (3,)
+
+
+def _empty_polytope(nv: int, nf: int, dtype) -> _Polytope:
+  return _Polytope(
+      vert=jnp.zeros((nv, 4, 3), dtype), nvert=jnp.array(0), face=jnp.zeros((nf, 3), jnp.int32),
+      adj=jnp.zeros((nf, 3), jnp.int32), v=jnp.zeros((nf, 3), dtype),
+      dist2=jnp.zeros(nf, dtype), alive=jnp.zeros(nf, bool), in_map=jnp.zeros(nf, bool),
+      nface=jnp.array(0), center=jnp.zeros(3, dtype))
+
+
+def _face_point(center: jax.Array, v1: jax.Array, v2: jax.Array, v3: jax.Array
+                ) -> tuple[jax.Array, jax.Array]:
+  """attachFace's projection of the origin on face (v1, v2, v3), pointing away from ``center``,
+  and its squared distance (0 where the projection fails)."""
+  p, fail = _project_origin_plane(v3, v2, v1)
+  p = jnp.where(_dot(p, v1 - center) < 0, -p, p)
+  return p, jnp.where(fail, 0.0, _dot(p, p))
+
+
+def _attach(pt: _Polytope, verts: tuple[int, int, int], adj: tuple[int, int, int]
+            ) -> tuple[_Polytope, jax.Array]:
+  """attachFace for the fixed faces of the initial polytopes."""
+  i = pt.nface
+  x = pt.vert[:, _V]
+  p, d2 = _face_point(pt.center, x[verts[0]], x[verts[1]], x[verts[2]])
+  pt = pt._replace(face=pt.face.at[i].set(jnp.array(verts, jnp.int32)),
+                   adj=pt.adj.at[i].set(jnp.array(adj, jnp.int32)), v=pt.v.at[i].set(p),
+                   dist2=pt.dist2.at[i].set(d2), alive=pt.alive.at[i].set(True), nface=i + 1)
+  return pt, d2
+
+
+def _insert(pt: _Polytope, vertex: jax.Array) -> _Polytope:
+  return pt._replace(vert=pt.vert.at[pt.nvert].set(vertex), nvert=pt.nvert + 1)
+
+
+def _map_first(pt: _Polytope, n: int) -> _Polytope:
+  return pt._replace(in_map=pt.in_map.at[:n].set(True))
+
+
+def _same_side(p0, p1, p2, p3) -> jax.Array:
+  n = _cross(p1 - p0, p2 - p0)
+  d1, d2 = _dot(n, p3 - p0), _dot(n, -p0)
+  return ((d1 > 0) & (d2 > 0)) | ((d1 < 0) & (d2 < 0))
+
+
+def _test_tetra(p0, p1, p2, p3) -> jax.Array:
+  return (_same_side(p0, p1, p2, p3) & _same_side(p1, p2, p3, p0)
+          & _same_side(p2, p3, p0, p1) & _same_side(p3, p0, p1, p2))
+
+
+def _tri_affine(v1, v2, v3, p) -> jax.Array:
+  """triAffineCoord: affine coordinates (3,) of p on triangle v1 v2 v3."""
+  c, m_max = _areas(v1, v2, v3, p)
+  return c / _safe(m_max, m_max != 0)
+
+
+def _polytope4(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, jax.Array]:
+  """polytope4: (polytope, ret, fall back to polytope3, that triangle's vertices (3, 4, 3))."""
+  pt = _empty_polytope(nv, nf, simplex.dtype)
+  for i in range(4):
+    pt = _insert(pt, simplex[i])
+  x = simplex[:, _V]
+  pt = pt._replace(center=(((x[0] + x[1]) + x[2]) + x[3]) * 0.25)
+  fall, tri = jnp.array(False), simplex[:3]
+  for verts, adj in (((0, 1, 2), (1, 3, 2)), ((0, 3, 1), (2, 3, 0)), ((0, 2, 3), (0, 3, 1)),
+                     ((3, 2, 1), (2, 0, 1))):
+    pt, d2 = _attach(pt, verts, adj)
+    now = ~fall & (d2 < _MINDIST)
+    tri = jnp.where(now, simplex[np.array(verts)], tri)
+    fall = fall | now
+  ret = jnp.where(_test_tetra(x[0], x[1], x[2], x[3]), 0, 9)
+  return _map_first(pt, 4), ret, fall, tri
+
+
+def _polytope3(sup, tri, nv, nf) -> tuple[_Polytope, jax.Array]:
+  pt = _empty_polytope(nv, nf, tri.dtype)
+  x = tri[:, _V]
+  pt = pt._replace(center=((x[0] + x[1]) + x[2]) * (1.0 / 3.0))
+  n = _cross(x[1] - x[0], x[2] - x[0])
+  n_norm = _norm(n)
+  for i in range(3):
+    pt = _insert(pt, tri[i])
+  v5 = _unit_support(*sup, -n, n_norm)
+  v4 = _unit_support(*sup, n, n_norm)
+  pt = _insert(_insert(pt, v5), v4)
+
+  def on_triangle(p):
+    lam = _tri_affine(x[0], x[1], x[2], p)
+    pr = x[0] * lam[0] + x[1] * lam[1] + x[2] * lam[2]
+    return ~jnp.any(lam < 0) & (_norm(pr - p) < MINVAL)
+  ret = jnp.where(n_norm < MINVAL, 4, jnp.where(on_triangle(v4[_V]), 5, jnp.where(
+      on_triangle(v5[_V]), 6, 0)))
+  for verts, adj in (((4, 0, 1), (1, 3, 2)), ((4, 2, 0), (2, 4, 0)), ((4, 1, 2), (0, 5, 1)),
+                     ((3, 1, 0), (5, 0, 4)), ((3, 0, 2), (3, 1, 5)), ((3, 2, 1), (4, 2, 3))):
+    pt, d2 = _attach(pt, verts, adj)
+    ret = jnp.where((ret == 0) & (d2 < _MINDIST), 8, ret)
+  return _map_first(pt, 6), ret
+
+
+def _rotmat120(axis: jax.Array) -> jax.Array:
+  n = _norm(axis)
+  u1, u2, u3 = axis[0] / n, axis[1] / n, axis[2] / n
+  s, c = 0.86602540378, -0.5
+  return jnp.array([
+      [c + u1*u1*(1 - c), u1*u2*(1 - c) - u3*s, u1*u3*(1 - c) + u2*s],
+      [u2*u1*(1 - c) + u3*s, c + u2*u2*(1 - c), u2*u3*(1 - c) - u1*s],
+      [u1*u3*(1 - c) - u2*s, u2*u3*(1 - c) + u1*s, c + u3*u3*(1 - c)]])
+
+
+def _polytope2(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, jax.Array]:
+  pt = _empty_polytope(nv, nf, simplex.dtype)
+  v1, v2 = simplex[0, _V], simplex[1, _V]
+  pt = pt._replace(center=(v1 + v2) * 0.5)
+  diff = v2 - v1
+  index = jnp.argmin(jnp.abs(diff))
+  d1 = _cross(jnp.zeros(3, diff.dtype).at[index].set(1.0), diff)
+  r = _rotmat120(diff)
+  d2 = r @ d1
+  d3 = r @ d2
+  pt = _insert(_insert(pt, simplex[0]), simplex[1])
+  for d in (d1, d2, d3):
+    pt = _insert(pt, _unit_support(*sup, d, _norm(d)))
+  fall, tri = jnp.array(False), pt.vert[:3]
+  for verts, adj in (((0, 2, 3), (1, 3, 2)), ((0, 4, 2), (2, 4, 0)), ((0, 3, 4), (0, 5, 1)),
+                     ((1, 3, 2), (5, 0, 4)), ((1, 2, 4), (3, 1, 5)), ((1, 4, 3), (4, 2, 3))):
+    pt, dd = _attach(pt, verts, adj)
+    now = ~fall & (dd < _MINDIST)
+    tri = jnp.where(now, pt.vert[np.array(verts)], tri)
+    fall = fall | now
+  x = pt.vert[:, _V]
+  e12, e13, e14, e15 = x[1] - x[0], x[2] - x[0], x[3] - x[0], x[4] - x[0]
+  vol1, vol2, vol3 = _det3(e13, e14, e12), _det3(e14, e15, e12), _det3(e15, e13, e12)
+  convex = (((vol1 >= 0) & (vol2 >= 0) & (vol3 >= 0))
+            | ((vol1 <= 0) & (vol2 <= 0) & (vol3 <= 0)))
+  return _map_first(pt, 6), jnp.where(convex, 0, 2), fall, tri
+
+
+class _Epa(NamedTuple):
+  pt: _Polytope
+  face: jax.Array
+  upper: jax.Array
+  k: jax.Array
+  done: jax.Array
+
+
+def _epa(sup, pt: _Polytope, kmax: int, tol: jax.Array) -> jax.Array:
+  """MuJoCo's ``epa``: the id of the face nearest the origin, or -1 (no contact)."""
+  big = jnp.finfo(pt.v.dtype).max
+  nf = pt.face.shape[0]
+  ids = jnp.arange(nf)
+
+  def body(s: _Epa) -> _Epa:
+    pt = s.pt
+    upper2 = jnp.where(s.upper < big, s.upper * s.upper, big)
+    cand = jnp.where(pt.in_map, pt.dist2, big)
+    best = jnp.argmin(cand)
+    has = cand[best] < big
+    face = jnp.where(has, best, s.face)
+    lower2 = jnp.where(has, cand[best], big)
+    invalid = (lower2 > upper2) | (face < 0)
+    zero = ~invalid & (lower2 <= 0)
+    lower = jnp.sqrt(jnp.where(lower2 > 0, lower2, 1.0))
+    fv = pt.v[face]
+    w = _unit_support(*sup, fv, lower)
+    wi = pt.nvert
+    upper_k = _dot(fv, w[_V]) / lower
+    upper = jnp.minimum(s.upper, upper_k)
+    upper2 = jnp.where(upper_k < s.upper, upper * upper, upper2)
+    # 4.0 (machine code) tests this iteration's upper bound, not the smallest one as 3.12 did,
+    # and drops a first face whose bound is below the lower one by more than the tolerance
+    conv = ~invalid & ~zero & (upper_k - lower < tol)
+    lost = conv & (s.k == 0) & (upper < lower - tol)
+
+    # horizon: the faces visible from w connected to the nearest face are deleted
+    visible = pt.alive & (_dot(pt.v, w[_V]) - pt.dist2 > MINVAL)
+    start = ids == face
+
+    def grow(c):
+      comp, _ = c
+      reach = comp[pt.adj[:, 0]] | comp[pt.adj[:, 1]] | comp[pt.adj[:, 2]]
+      new = comp | (visible & reach)
+      return new, jnp.any(new != comp)
+    comp, _ = jax.lax.while_loop(lambda c: c[1], grow, (start, jnp.array(True)))
+    alive = pt.alive & ~comp
+    nbr = pt.adj  # (NF, 3)
+    edge_on = comp[:, None] & alive[nbr]  # (NF, 3)
+    nedges = jnp.sum(edge_on)
+    flat = jnp.flatnonzero(edge_on.reshape(-1), size=_HORIZON, fill_value=0)
+    hf, hi = flat // 3, flat % 3
+    g = nbr[hf, hi]  # the kept face across each horizon edge
+    start_vert = pt.face[hf, (hi + 1) % 3]
+    gface = pt.face[g]
+    e = jnp.where(gface[:, 0] == start_vert, 0, jnp.where(gface[:, 1] == start_vert, 1, 2))
+    a = gface[jnp.arange(_HORIZON), e]
+    b = gface[jnp.arange(_HORIZON), (e + 1) % 3]
+    valid = jnp.arange(_HORIZON) < nedges
+    new_id = pt.nface + jnp.arange(_HORIZON)
+    prev = jnp.argmax((a[None, :] == b[:, None]) & valid[None, :], axis=1)
+    nxt = jnp.argmax((b[None, :] == a[:, None]) & valid[None, :], axis=1)
+    x = pt.vert.at[wi].set(w)[:, _V]
+    pts, d2s = jax.vmap(lambda i, j: _face_point(pt.center, x[wi], x[i], x[j]))(b, a)
+    bad = jnp.any(valid & (d2s == 0))
+    few = nedges < 3
+    full = nedges > nf - pt.nface
+    slot = jnp.where(valid, new_id, nf)
+    new_faces = jnp.stack([jnp.full(_HORIZON, wi), b, a], axis=1).astype(jnp.int32)
+    new_adj = jnp.stack([pt.nface + prev, g, pt.nface + nxt], axis=1).astype(jnp.int32)
+    expanded = pt._replace(
+        vert=pt.vert.at[wi].set(w), nvert=pt.nvert + 1,
+        face=pt.face.at[slot].set(new_faces, mode="drop"),
+        adj=pt.adj.at[jnp.where(valid, g, nf), e].set(new_id.astype(jnp.int32), mode="drop")
+        .at[slot].set(new_adj, mode="drop"),
+        v=pt.v.at[slot].set(pts, mode="drop"), dist2=pt.dist2.at[slot].set(d2s, mode="drop"),
+        alive=alive.at[slot].set(True, mode="drop"),
+        in_map=(pt.in_map & ~comp).at[slot].set((d2s >= lower2) & (d2s <= upper2), mode="drop"),
+        nface=pt.nface + nedges)
+    stop_before = invalid | zero | conv
+    full = full | (nedges > _HORIZON)
+    fail = ~stop_before & (few | (~full & bad))
+    stop_full = ~stop_before & ~few & full
+    grown = ~stop_before & ~fail & ~stop_full
+    out_face = jnp.where(invalid, s.face, jnp.where(lost | fail, -1, face))
+    keep_w = ~(invalid | zero)
+    new_pt = jax.tree.map(lambda n, o: jnp.where(grown, n, o), expanded, pt)
+    new_pt = new_pt._replace(vert=jnp.where(keep_w, new_pt.vert.at[wi].set(w), new_pt.vert),
+                             nvert=jnp.where(keep_w, pt.nvert + 1, pt.nvert))
+    empty = grown & ~jnp.any(new_pt.in_map)
+    return _Epa(pt=new_pt, face=out_face, upper=jnp.where(invalid | zero, s.upper, upper),
+                k=jnp.where(grown & ~empty, s.k + 1, s.k), done=~grown | empty)
+
+  kmax = min(kmax, 1000)
+  init = _Epa(pt=pt, face=jnp.array(-1), upper=big, k=jnp.array(0), done=jnp.array(False))
+  out = jax.lax.while_loop(lambda s: ~s.done & (s.k < kmax), body, init)
+  return out.face, out.pt
+
+
+#------------------------------------ mjc_ccd -------------------------------------------------------
+
+class _Witness(NamedTuple):
+  """What mjc_ccd found, without derivatives: ``path`` 0 no contact, 1 the shrunk sphere and
+  capsule cores (``dirs`` (4, 3) of the simplex, ``n``), 2 an EPA face (``dirs`` (3, 3))."""
+  path: jax.Array
+  dirs: jax.Array
+  n: jax.Array
+  center: jax.Array
+
+
+def _frozen(g: Geom) -> Geom:
+  sg = jax.lax.stop_gradient
+  return g._replace(pos=sg(g.pos), mat=sg(g.mat), size=sg(g.size), vert=sg(g.vert),
+                    half_margin=sg(g.half_margin))
+
+
+def _core(g: Geom) -> Geom:
+  """The geom as the distance pass sees it: no margin, a sphere's centre, a capsule's segment."""
+  kind = {_G.SPHERE: _POINT, _G.CAPSULE: _LINE}.get(g.kind, g.kind)
+  return g._replace(kind=kind, half_margin=jnp.zeros_like(g.half_margin))
+
+
+def _full_margin(g: Geom) -> jax.Array:
+  """What the distance pass's witness point moves out by: half the margin, plus the radius of a
+  sphere or a capsule."""
+  if g.kind in (_G.SPHERE, _G.CAPSULE):
+    return g.size[0] + g.half_margin
+  return g.half_margin
+
+
+def _search(g1: Geom, g2: Geom, kmax: int, tol: jax.Array) -> _Witness:
+  """mjc_ccd's combinatorial result (no derivatives)."""
+  dtype = g1.pos.dtype
+  nv, nf = 5 + kmax, 6 * kmax
+  sup = (g1, g2)
+  support = lambda d: _support(g1, g2, d)
+  # a distance pass first where there is a sphere, a capsule or a margin (MuJoCo 4.0)
+  c1, c2 = _core(g1), _core(g2)
+  cutoff = _full_margin(g1) + _full_margin(g2)
+  core = _gjk(lambda d: _support(c1, c2, d), c1.pos, c2.pos, kmax, tol, cutoff)
+  rounded = g1.kind in (_G.SPHERE, _G.CAPSULE) or g2.kind in (_G.SPHERE, _G.CAPSULE)
+  shallow = (cutoff > 0 if not rounded else True) & (core.dist > tol)
+  core_hit = shallow & core.has_x & (core.dist - cutoff < 0)
+  full = _gjk(support, g1.pos, g2.pos, kmax, tol, None)
+  run_epa = (full.dist <= tol) & (full.n > 1) & ~full.separated
+  p4, r4, f4, t4 = _polytope4(sup, full.simplex, nv, nf)
+  p2, r2, f2, t2 = _polytope2(sup, full.simplex, nv, nf)
+  tri = jnp.where(full.n == 4, t4, jnp.where(full.n == 2, t2, full.simplex[:3]))
+  p3, r3 = _polytope3(sup, tri, nv, nf)
+  use3 = (full.n == 3) | ((full.n == 4) & f4) | ((full.n == 2) & f2)
+  pick = lambda a, b, c: jnp.where(use3, c, jnp.where(full.n == 4, a, b))
+  pt = jax.tree.map(pick, p4, p2, p3)
+  ret = pick(r4, r2, r3)
+  face, pt = _epa(sup, pt, kmax, tol)
+  epa_hit = run_epa & (ret == 0) & (face >= 0)
+  face_dirs = pt.vert[pt.face[jnp.maximum(face, 0)], _D]
+  dirs = jnp.concatenate([face_dirs, jnp.zeros((1, 3), dtype)])
+  path = jnp.where(shallow, jnp.where(core_hit, 1, 0), jnp.where(epa_hit, 2, 0))
+  dirs = jnp.where(shallow, core.simplex[:, _D], dirs)
+  n = jnp.where(shallow, core.n, 3)
+  return _Witness(path=path, dirs=dirs, n=n, center=pt.center)
+
+
+def _ccd(g1: Geom, g2: Geom, kmax: int, tol: jax.Array) -> tuple[jax.Array, ...]:
+  """mjc_ccd with derivatives: (found, dist (without the margin), x1, x2)."""
+  found = _search(_frozen(g1), _frozen(g2), kmax, jax.lax.stop_gradient(tol))
+  dirs = jax.lax.stop_gradient(found.dirs)
+  # EPA face: its three vertices from their directions
+  verts = jax.vmap(lambda d: _support(g1, g2, d))(dirs[:3])
+  x = verts[:, _V]
+  p, d2 = _face_point(jax.lax.stop_gradient(found.center), x[0], x[1], x[2])
+  lam = _tri_affine(x[0], x[1], x[2], p)
+  e1 = lam[0] * verts[0, _A] + lam[1] * verts[1, _A] + lam[2] * verts[2, _A]
+  e2 = lam[0] * verts[0, _B] + lam[1] * verts[1, _B] + lam[2] * verts[2, _B]
+  e_dist = -jnp.sqrt(jnp.where(d2 > 0, d2, 1.0)) * (d2 > 0)
+  # distance pass: the simplex's nearest point, pushed out by the margins
+  c1, c2 = _core(g1), _core(g2)
+  simplex = jax.vmap(lambda d: _support(c1, c2, d))(dirs)
+  lam4 = _subdistance(found.n, simplex[:, _V])
+  xk = _lincomb(lam4, found.n, simplex[:, _V])
+  s1 = _lincomb(lam4, found.n, simplex[:, _A])
+  s2 = _lincomb(lam4, found.n, simplex[:, _B])
+  m1, m2 = _full_margin(g1), _full_margin(g2)
+  nrm = s2 - s1
+  nn = _norm(nrm)
+  unit = jnp.where(nn < MINVAL, jnp.array([1.0, 0.0, 0.0], nrm.dtype),
+                   nrm / _safe(nn, nn >= MINVAL))
+  core = found.path == 1
+  e1 = jnp.where(core, s1 + m1 * unit, e1)
+  e2 = jnp.where(core, s2 - m2 * unit, e2)
+  e_dist = jnp.where(core, _norm(xk) - (m1 + m2), e_dist)
+  return found.path > 0, e_dist, e1, e2
+
+
+def _contact(g1: Geom, g2: Geom, margin: jax.Array, kmax: int, tol: jax.Array) -> _Contact:
+  """mjc_penetration: one contact (dist, pos, normal from geom 1 to geom 2)."""
+  found, dist, x1, x2 = _ccd(g1, g2, kmax, tol)
+  diff = x1 - x2
+  nn = _norm(diff)
+  ok = nn >= MINVAL
+  normal = jnp.where(ok, diff / _safe(nn, ok), jnp.array([1.0, 0.0, 0.0], diff.dtype))
+  return _Contact(dist=margin + dist, pos=0.5 * (x1 + x2), normal=normal,
+                  tangent=jnp.zeros_like(normal), valid=found & (dist < 0))
+
+
+def _geom(kind: int, pos, mat, size, vert, margin) -> Geom:
+  half = jnp.where(margin > 0, 0.5 * margin, 0.0)
+  vert = vert if vert is not None else jnp.zeros((1, 3), pos.dtype)
+  return Geom(kind=kind, pos=pos, mat=mat, size=size, vert=vert, half_margin=half)
+
+
+def make_collider(type1: int, type2: int, kmax: int) -> Callable[..., Contacts]:
+  """The collider of a type pair for ``collision``:
+
+    collider(pos1, mat1, size1, pos2, mat2, size2, margin, vert1, vert2, tol)
+
+  with the shapes of ``collision_primitive`` (K = 1); ``vert1, vert2`` (H, 3) mesh hull
+  vertices (or None), ``tol`` () ``opt.ccd_tolerance``. An inactive slot holds the search's
+  last estimate (finite, but not a signed distance where the geoms are apart)."""
+
+  def collide(pos1, mat1, size1, pos2, mat2, size2, margin, vert1, vert2, tol) -> Contacts:
+    g1 = _geom(type1, pos1, mat1, size1, vert1, margin)
+    g2 = _geom(type2, pos2, mat2, size2, vert2, margin)
+    return _finish(jax.tree.map(lambda x: x[None], _contact(g1, g2, margin, kmax, tol)), 1)
+
+  return collide
+
+
+PAIRS = frozenset((int(a), int(b)) for a, b in CONVEX)
