@@ -37,7 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor.collision_primitive import Contacts, _Contact, _finish
+from flexor.collision_primitive import Contacts, _Contact, _dot, _finish
+from flexor.math import cross as _cross
 from flexor.mjcf.contact_pairs import CONVEX
 from flexor.types import GeomType
 
@@ -64,16 +65,6 @@ class Geom(NamedTuple):
   size: jax.Array
   vert: jax.Array
   half_margin: jax.Array
-
-
-def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
-  return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
-
-
-def _cross(a: jax.Array, b: jax.Array) -> jax.Array:
-  return jnp.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
-                    a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
-                    a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], axis=-1)
 
 
 def _det3(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
