@@ -148,3 +148,37 @@ def test_gradient_of_depth_matches_finite_differences():
     dq[k] = eps
     fd = (f(jnp.asarray(qpos + dq))[0] - f(jnp.asarray(qpos - dq))[0]) / (2 * eps)
     assert abs(fd - g[k]) < 1e-6 * max(1.0, abs(fd)), (k, fd, g[k])
+
+
+def test_mixed_convex_pairs_share_one_kernel():
+  """An ellipsoid, a sphere and a mesh: three convex type pairs (sphere-ellipsoid, sphere-mesh,
+  ellipsoid-mesh), collided by one kernel whose support functions pick the geom type per pair,
+  against MuJoCo at random poses of three close free bodies."""
+  xml = f"""<mujoco><asset><mesh name="prism" vertex="{_PRISM}"/></asset>
+  <option gravity="0 0 0"/><default><geom margin="0.01"/></default>
+  <worldbody><body><freejoint/>{_GEOMS["ellipsoid"]}</body>
+  <body><freejoint/>{_GEOMS["sphere"]}</body>
+  <body><freejoint/>{_GEOMS["mesh"]}</body></worldbody></mujoco>"""
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  m = flexor.load_mjcf_string(xml, convex=True)
+  assert m.ncollision == 3
+  rng = np.random.default_rng(2)
+  qs = np.concatenate([_poses(16, 3), _poses(16, 4)[:, 7:]], axis=1)
+  qs[:, 14:17] = rng.uniform(-0.12, 0.12, size=(16, 3))
+  d = _contacts(m)(jnp.asarray(qs))
+  found = 0
+  for i, q in enumerate(qs):
+    md.qpos[:] = q
+    mujoco.mj_forward(mj, md)
+    exist = np.asarray(d.contact_exist[i])
+    ours = {tuple(np.asarray(d.contact_geom[i, k])): k for k in np.flatnonzero(exist)}
+    assert len(ours) == md.ncon, (i, len(ours), md.ncon)
+    for c in md.contact[:md.ncon]:
+      k = ours[tuple(c.geom)]
+      found += 1
+      np.testing.assert_allclose(d.contact_dist[i, k], c.dist, atol=1e-8, err_msg=f"pose {i}")
+      np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=1e-4, err_msg=f"pose {i}")
+      np.testing.assert_allclose(d.contact_frame[i, k].reshape(-1), c.frame, atol=1e-4,
+                                 err_msg=f"pose {i}")
+  assert found >= 12

@@ -2,8 +2,9 @@
 
 The candidates are found at compile time (``flexor.mjcf.contact_pairs``), each with a static
 block of contact slots (``collision_conadr``, ``collision_connum``). Here every candidate runs
-its narrow phase (``flexor.collision_primitive``), one vectorised kernel per geom-type pair, so
-compile time grows with the number of type pairs, not of geom pairs. A slot whose contact the
+its narrow phase (``flexor.collision_primitive``), one vectorised kernel per geom-type pair (the
+GJK/EPA pairs of ``flexor.collision_convex`` all share one), so compile time grows with the
+number of type pairs, not of geom pairs. A slot whose contact the
 narrow phase does not produce has ``contact_exist`` False.
 
 Contact parameters follow ``mj_contactParam``: an explicit ``<pair>`` brings its own; otherwise
@@ -181,6 +182,27 @@ def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
       face_quad=jnp.asarray(quad))
 
 
+def _convex(m: Model, g1: np.ndarray, g2: np.ndarray, args: tuple[jax.Array, ...]
+            ) -> collision_primitive.Contacts:
+  """Contacts of the convex (GJK/EPA) pairs (g1, g2) (n,), all in one kernel; ``args`` as
+  ``collision_primitive``'s colliders take them."""
+  t1, t2 = m.geom_type[g1], m.geom_type[g2]
+  collide = collision_convex.make_collider((set(t1.tolist()), set(t2.tolist())),
+                                           m.opt.ccd_iterations)
+  verts = []
+  for g, t in ((g1, t1), (g2, t2)):
+    mesh = np.flatnonzero(t == GeomType.MESH)
+    if not len(mesh):
+      verts.append(None)
+      continue
+    hull = hulls(m, g[mesh]).vert
+    verts.append(jnp.zeros((len(g),) + hull.shape[1:], hull.dtype).at[mesh].set(hull))
+  tol = jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),))
+  xpos1, xmat1, size1, xpos2, xmat2, size2, margin = args
+  return jax.vmap(collide)(jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2, xmat2,
+                           size2, margin, *verts, tol)
+
+
 def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
   """Computes the contact_* fields and ncon (mj_collision), after kinematics.
 
@@ -206,16 +228,18 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
     pos = jnp.zeros((n, 3), dtype)
     frame = jnp.zeros((n, 3, 3), dtype)
     exist = jnp.zeros(n, bool)
-    for key in sorted({tuple(t) for t in types.tolist()}):
-      cands = np.flatnonzero((types[:, 0] == key[0]) & (types[:, 1] == key[1]))
+    convex = np.array([tuple(t) in collision_convex.PAIRS for t in types.tolist()], bool)
+    groups = [np.flatnonzero(~convex & (types[:, 0] == a) & (types[:, 1] == b))
+              for a, b in sorted({tuple(t) for t in types[~convex].tolist()})]
+    if convex.any():
+      groups.append(np.flatnonzero(convex))
+    for cands in groups:
       g1, g2 = geom[cands, 0], geom[cands, 1]
       args = (d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
               d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands])
-      if key in collision_convex.PAIRS:
-        collide = collision_convex.make_collider(key[0], key[1], m.opt.ccd_iterations)
-        verts = [hulls(m, g).vert if t == GeomType.MESH else None for g, t in zip((g1, g2), key)]
-        tol = jnp.broadcast_to(m.opt.ccd_tolerance, (len(cands),))
-        c_dist, c_pos, c_frame, c_exist = jax.vmap(collide)(*args, *verts, tol)
+      key = tuple(types[cands[0]])
+      if convex[cands[0]]:
+        c_dist, c_pos, c_frame, c_exist = _convex(m, g1, g2, args)
       else:
         hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
         collide = collision_primitive.COLLIDERS[key]

@@ -56,10 +56,12 @@ _V, _A, _B, _D = 0, 1, 2, 3
 
 
 class Geom(NamedTuple):
-  """One geom as the CCD sees it. ``kind`` (static) is its GeomType, or _POINT / _LINE for the
-  core of a sphere / capsule; ``vert`` (H, 3) the hull vertices of a mesh in its frame (else
-  unused); ``half_margin`` () the inflation MuJoCo adds to every support point."""
-  kind: int
+  """One geom as the CCD sees it. ``kind`` () is its GeomType, or _POINT / _LINE for the core of
+  a sphere / capsule; ``vert`` (H, 3) the hull vertices of a mesh in its frame (else unused);
+  ``half_margin`` () the inflation MuJoCo adds to every support point. The kinds a geom may
+  have are a static tuple passed beside it: one kernel serves every type pair of a model, so
+  compile time does not grow with the number of type pairs."""
+  kind: jax.Array
   pos: jax.Array
   mat: jax.Array
   size: jax.Array
@@ -88,56 +90,69 @@ def _local_to_global(mat: jax.Array, local: jax.Array, pos: jax.Array) -> jax.Ar
 
 #------------------------------------ support functions --------------------------------------------
 
-def _support_point(g: Geom, d: jax.Array) -> jax.Array:
-  """The point of geom ``g`` farthest along unit direction ``d`` (3,) (mjc_*Support), plus the
-  margin's inflation."""
-  # mulMatTVec3's left-to-right sums (a matmul's order would move the last bits)
-  local = g.mat[0] * d[0] + g.mat[1] * d[1] + g.mat[2] * d[2]
+def _kind_support(kind: int, g: Geom, d: jax.Array, local: jax.Array) -> jax.Array:
+  """mjc_*Support of one geom kind: the point farthest along unit direction ``d`` (3,), given
+  ``local`` (3,), d in the geom's frame."""
   mat, pos, size = g.mat, g.pos, g.size
-  if g.kind == _POINT:
-    res = pos
-  elif g.kind == _LINE:
+  if kind == _POINT:
+    return pos
+  if kind == _LINE:
     scl = jnp.where(_dot(mat[:, 2], d) >= 0, size[1], -size[1])
-    res = mat[:, 2] * scl + pos
-  elif g.kind == _G.SPHERE:
-    res = size[0] * d + pos
-  elif g.kind == _G.CAPSULE:
+    return mat[:, 2] * scl + pos
+  if kind == _G.SPHERE:
+    return size[0] * d + pos
+  if kind == _G.CAPSULE:
     loc = local * size[0]
     loc = loc.at[2].add(jnp.where(local[2] >= 0, size[1], -size[1]))
-    res = _local_to_global(mat, loc, pos)
-  elif g.kind == _G.ELLIPSOID:
+    return _local_to_global(mat, loc, pos)
+  if kind == _G.ELLIPSOID:
     loc = local * size
     n2 = _dot(loc, loc)
     small = n2 < _MINVAL2
     loc = loc * ((1 / jnp.sqrt(_safe(n2, ~small))) * size)
-    res = jnp.where(small, mat[:, 0] * size[0] + pos, _local_to_global(mat, loc, pos))
-  elif g.kind == _G.CYLINDER:
+    return jnp.where(small, mat[:, 0] * size[0] + pos, _local_to_global(mat, loc, pos))
+  if kind == _G.CYLINDER:
     n2 = local[0] * local[0] + local[1] * local[1]
     ok = n2 >= _MINVAL2
     scl = jnp.where(ok, size[0] / jnp.sqrt(_safe(n2, ok)), 0.0)
     loc = jnp.stack([scl * local[0], scl * local[1], jnp.where(local[2] >= 0, size[1], -size[1])])
-    res = _local_to_global(mat, loc, pos)
-  elif g.kind == _G.BOX:
-    res = _local_to_global(mat, jnp.where(local >= 0, size, -size), pos)
-  elif g.kind == _G.MESH:
+    return _local_to_global(mat, loc, pos)
+  if kind == _G.BOX:
+    return _local_to_global(mat, jnp.where(local >= 0, size, -size), pos)
+  if kind == _G.MESH:
     score = jax.lax.stop_gradient(g.vert) @ jax.lax.stop_gradient(local)
-    res = _local_to_global(mat, g.vert[jnp.argmax(score)], pos)
-  else:
-    raise ValueError(f"no support function for geom type {g.kind}")
+    return _local_to_global(mat, g.vert[jnp.argmax(score)], pos)
+  raise ValueError(f"no support function for geom type {kind}")
+
+
+def _support_point(g: Geom, d: jax.Array, kinds: tuple[int, ...]) -> jax.Array:
+  """The point of geom ``g`` (one of ``kinds``) farthest along unit direction ``d`` (3,), plus
+  the margin's inflation."""
+  # mulMatTVec3's left-to-right sums (a matmul's order would move the last bits)
+  local = g.mat[0] * d[0] + g.mat[1] * d[1] + g.mat[2] * d[2]
+  res = _kind_support(kinds[0], g, d, local)
+  for kind in kinds[1:]:
+    res = jnp.where(g.kind == kind, _kind_support(kind, g, d, local), res)
   return res + g.half_margin * d
 
 
-def _support(g1: Geom, g2: Geom, d: jax.Array) -> jax.Array:
-  """A vertex (4, 3) of the Minkowski difference in direction ``d`` (geom 2 takes -d)."""
-  a, b = _support_point(g1, d), _support_point(g2, -d)
-  return jnp.stack([a - b, a, b, d])
+Kinds = tuple[tuple[int, ...], tuple[int, ...]]
+Support = Callable[[jax.Array], jax.Array]
 
 
-def _unit_support(g1: Geom, g2: Geom, d: jax.Array, dnorm: jax.Array) -> jax.Array:
+def _support(g1: Geom, g2: Geom, kinds: Kinds) -> Support:
+  """d (3,) -> the vertex (4, 3) of the Minkowski difference in direction d (geom 2 takes -d)."""
+  def sup(d: jax.Array) -> jax.Array:
+    a, b = _support_point(g1, d, kinds[0]), _support_point(g2, -d, kinds[1])
+    return jnp.stack([a - b, a, b, d])
+  return sup
+
+
+def _unit_support(sup: Support, d: jax.Array, dnorm: jax.Array) -> jax.Array:
   """epaSupport: the vertex in direction d / dnorm, or (1, 0, 0) where dnorm is tiny."""
   ok = dnorm > MINVAL
   unit = jnp.where(ok, d / _safe(dnorm, ok), jnp.array([1.0, 0.0, 0.0], d.dtype))
-  return _support(g1, g2, unit)
+  return sup(unit)
 
 
 #------------------------------------ GJK's distance subalgorithm ----------------------------------
@@ -170,25 +185,28 @@ def _s1d(s1: jax.Array, s2: jax.Array) -> jax.Array:
   dd = _dot(diff, diff)
   p = s2 - (_dot(s2, diff) / _safe(dd, dd != 0)) * diff
   mu = s1 - s2
-  index = jnp.where(jnp.abs(mu[1]) >= jnp.abs(mu[0]), 1, 0)
-  index = jnp.where(jnp.abs(mu[2]) >= jnp.abs(mu[index]), 2, index)
-  mu_max = mu[index]
-  c1, c2 = p[index] - s2[index], s1[index] - p[index]
+  # the axis where the segment's shadow is longest; selects, not indexing, keep the program small
+  a1 = jnp.abs(mu[1]) >= jnp.abs(mu[0])
+  a2 = jnp.abs(mu[2]) >= jnp.abs(jnp.where(a1, mu[1], mu[0]))
+  pick = lambda v: jnp.where(a2, v[2], jnp.where(a1, v[1], v[0]))
+  mu_max = pick(mu)
+  c1, c2 = pick(p) - pick(s2), pick(s1) - pick(p)
   same = _same_sign(mu_max, c1) & _same_sign(mu_max, c2)
   inv = _safe(mu_max, same)
   return jnp.stack([jnp.where(same, c1 / inv, 0.0), jnp.where(same, c2 / inv, 1.0)])
 
 
-def _best_sub(parts: list[tuple[jax.Array, jax.Array, jax.Array]], n: int) -> jax.Array:
-  """S2D/S3D's fallback: among the sub-simplices whose sign test failed (``bad``), the one whose
-  nearest point is closest; parts are (bad, lambda (n,), d2), the first bad one always wins."""
-  lam, dmin, first = jnp.zeros(n, parts[0][1].dtype), jnp.array(jnp.inf), jnp.array(True)
-  for bad, sub, d2 in parts:
-    take = bad & (first | (d2 < dmin))
-    lam = jnp.where(take, sub, lam)
-    dmin = jnp.where(take, d2, dmin)
-    first = first & ~bad
-  return lam
+def _best_sub(bad: jax.Array, lam: jax.Array, d2: jax.Array) -> jax.Array:
+  """S2D/S3D's fallback: among the sub-simplices whose sign test failed (``bad`` (m,)), the one
+  whose nearest point is closest; ``lam`` (m, n) their coordinates, ``d2`` (m,) their squared
+  distances; the first bad one always wins."""
+  out, dmin, first = jnp.zeros(lam.shape[1], lam.dtype), jnp.array(jnp.inf), jnp.array(True)
+  for k in range(lam.shape[0]):
+    take = bad[k] & (first | (d2[k] < dmin))
+    out = jnp.where(take, lam[k], out)
+    dmin = jnp.where(take, d2[k], dmin)
+    first = first & ~bad[k]
+  return out
 
 
 def _areas(v1: jax.Array, v2: jax.Array, v3: jax.Array, p: jax.Array
@@ -203,59 +221,61 @@ def _areas(v1: jax.Array, v2: jax.Array, v3: jax.Array, p: jax.Array
   first = (mu1 >= mu2) & (mu1 >= mu3)
   second = ~first & (mu2 >= mu3)
   m_max = jnp.where(first, m14, jnp.where(second, m24, m34))
-  x = jnp.where(first, 1, 0)
-  y = jnp.where(first | second, 2, 1)
+  # the two coordinates kept, (x, y) = (1, 2), (0, 2) or (0, 1), for p, v1, v2, v3 at once
+  pts = jnp.stack([p, v1, v2, v3])
+  px, x1, x2, x3 = jnp.where(first, pts[:, 1], pts[:, 0])
+  py, y1, y2, y3 = jnp.where(first | second, pts[:, 2], pts[:, 1])
 
-  def area(u, w):
-    return p[x]*u[y] + p[y]*w[x] + u[x]*w[y] - p[x]*w[y] - p[y]*u[x] - w[x]*u[y]
-  return jnp.stack([area(v2, v3), area(v3, v1), area(v1, v2)]), m_max
+  def area(ux, uy, wx, wy):
+    return px*uy + py*wx + ux*wy - px*wy - py*ux - wx*uy
+  return jnp.stack([area(x2, y2, x3, y3), area(x3, y3, x1, y1), area(x1, y1, x2, y2)]), m_max
 
 
-def _s2d(s1: jax.Array, s2: jax.Array, s3: jax.Array) -> jax.Array:
-  """Barycentric coordinates (3,) of the triangle's point nearest to the origin."""
+def _s2d(s1: jax.Array, s2: jax.Array, s3: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Barycentric coordinates (3,) of the triangle's point nearest to the origin, and those (2,)
+  of edge (s1, s2)'s nearest point. The three edges run as one batch to keep the program small
+  (compile time grows with its size)."""
   p, fail = _project_origin_plane(s1, s2, s3)
   c, m_max = _areas(s1, s2, s3, p)
-  comp = [_same_sign(m_max, c[i]) for i in range(3)]
+  comp = _same_sign(m_max, c)
   inside = comp[0] & comp[1] & comp[2]
   lam_in = c / _safe(m_max, m_max != 0)
-  sv = (s1, s2, s3)
-  parts = []
-  for bad, (i, j) in zip(comp, ((1, 2), (0, 2), (0, 1))):
-    sub = _s1d(sv[i], sv[j])
-    pt = sub[0] * sv[i] + sub[1] * sv[j]
-    lam = jnp.zeros(3, s1.dtype).at[i].set(sub[0]).at[j].set(sub[1])
-    parts.append((~bad, lam, _dot(pt, pt)))
-  lam = jnp.where(inside, lam_in, _best_sub(parts, 3))
-  edge = jnp.concatenate([_s1d(s1, s2), jnp.zeros(1, s1.dtype)])
-  return jnp.where(fail, edge, lam)
+  sv = jnp.stack([s1, s2, s3])
+  i, j = np.array([1, 0, 0]), np.array([2, 2, 1])
+  sub = jax.vmap(_s1d)(sv[i], sv[j])
+  pt = sub[:, :1] * sv[i] + sub[:, 1:] * sv[j]
+  rows = np.arange(3)
+  lam = jnp.zeros((3, 3), s1.dtype).at[rows, i].set(sub[:, 0]).at[rows, j].set(sub[:, 1])
+  lam = jnp.where(inside, lam_in, _best_sub(~comp, lam, _dot(pt, pt)))
+  edge = sub[2]
+  return jnp.where(fail, jnp.concatenate([edge, jnp.zeros(1, s1.dtype)]), lam), edge
 
 
-def _s3d(s1: jax.Array, s2: jax.Array, s3: jax.Array, s4: jax.Array) -> jax.Array:
-  """Barycentric coordinates (4,) of the tetrahedron's point nearest to the origin."""
-  c41, c42 = -_det3(s2, s3, s4), _det3(s1, s3, s4)
-  c43, c44 = -_det3(s1, s2, s4), _det3(s1, s2, s3)
-  m_det = c41 + c42 + c43 + c44
-  comp = [_same_sign(m_det, c) for c in (c41, c42, c43, c44)]
+def _s3d(s: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Barycentric coordinates (4,) of the tetrahedron s (4, 3)'s point nearest to the origin,
+  and, from the same batch of faces, those (3,) of triangle (s0, s1, s2) and (2,) of edge
+  (s0, s1)."""
+  s1, s2, s3, s4 = s[0], s[1], s[2], s[3]
+  c = jnp.stack([-_det3(s2, s3, s4), _det3(s1, s3, s4), -_det3(s1, s2, s4), _det3(s1, s2, s3)])
+  m_det = ((c[0] + c[1]) + c[2]) + c[3]
+  comp = _same_sign(m_det, c)
   inside = comp[0] & comp[1] & comp[2] & comp[3]
-  inv = _safe(m_det, m_det != 0)
-  lam_in = jnp.stack([c41 / inv, c42 / inv, c43 / inv, c44 / inv])
-  sv = (s1, s2, s3, s4)
-  parts = []
-  for bad, keep in zip(comp, ((1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2))):
-    sub = _s2d(*(sv[i] for i in keep))
-    pt = sub[0] * sv[keep[0]] + sub[1] * sv[keep[1]] + sub[2] * sv[keep[2]]
-    lam = jnp.zeros(4, s1.dtype).at[np.array(keep)].set(sub)
-    parts.append((~bad, lam, _dot(pt, pt)))
-  return jnp.where(inside, lam_in, _best_sub(parts, 4))
+  lam_in = c / _safe(m_det, m_det != 0)
+  keep = np.array([(1, 2, 3), (0, 2, 3), (0, 1, 3), (0, 1, 2)])
+  tri = s[keep]
+  sub, edge = jax.vmap(_s2d)(tri[:, 0], tri[:, 1], tri[:, 2])
+  pt = (sub[:, :1] * tri[:, 0] + sub[:, 1:2] * tri[:, 1]) + sub[:, 2:] * tri[:, 2]
+  lam = jnp.zeros((4, 4), s.dtype).at[np.arange(4)[:, None], keep].set(sub)
+  return jnp.where(inside, lam_in, _best_sub(~comp, lam, _dot(pt, pt))), sub[3], edge[3]
 
 
 def _subdistance(n: jax.Array, s: jax.Array) -> jax.Array:
   """Barycentric coordinates (4,) of the point of the n-simplex s (4, 3) nearest the origin."""
   zero = jnp.zeros(1, s.dtype)
+  lam4, lam3, lam2 = _s3d(s)
   return jnp.select(
       [n == 4, n == 3, n == 2],
-      [_s3d(s[0], s[1], s[2], s[3]), jnp.concatenate([_s2d(s[0], s[1], s[2]), zero]),
-       jnp.concatenate([_s1d(s[0], s[1]), zero, zero])],
+      [lam4, jnp.concatenate([lam3, zero]), jnp.concatenate([lam2, zero, zero])],
       jnp.array([1.0, 0.0, 0.0, 0.0], s.dtype))
 
 
@@ -281,8 +301,7 @@ class _Gjk(NamedTuple):
   mode: jax.Array
 
 
-def _gjk_loop(sup: Callable, st: _Gjk, kmax: int, tol: jax.Array, get_dist: bool,
-              cutoff: jax.Array) -> _Gjk:
+def _gjk_loop(sup: Support, st: _Gjk, kmax: int, tol: jax.Array, cutoff: jax.Array) -> _Gjk:
   """GJK's main loop (``gjk`` up to its exits)."""
   eps, min_norm = 0.5 * tol * tol, tol
 
@@ -292,10 +311,7 @@ def _gjk_loop(sup: Callable, st: _Gjk, kmax: int, tol: jax.Array, get_dist: bool
     s = sup(-(st.x * inv))
     eps_stop = _dot(st.x, st.x - s[_V]) < eps
     lower = _dot(st.x, s[_V])
-    if get_dist:
-      sep = (cutoff < jnp.finfo(s.dtype).max) & (lower > 0) & (lower >= cutoff * st.xn)
-    else:
-      sep = lower > 0
+    sep = (cutoff < jnp.finfo(s.dtype).max) & (lower > 0) & (lower >= cutoff * st.xn)
     mode_a = jnp.where(stagnant | eps_stop, _DONE, jnp.where(sep, _SEP, _RUN))
     go = mode_a == _RUN
     simplex = jnp.where(go, st.simplex.at[jnp.minimum(st.n, 3)].set(s), st.simplex)
@@ -325,18 +341,18 @@ class _GjkResult(NamedTuple):
   has_x: jax.Array     # witness points exist (status->nx)
 
 
-def _gjk(sup: Callable, x1: jax.Array, x2: jax.Array, kmax: int, tol: jax.Array,
-         cutoff: jax.Array | None) -> _GjkResult:
-  """MuJoCo's ``gjk``; ``cutoff`` None is dist_cutoff 0 (no distances needed: stop as soon as a
-  support plane separates the geoms). MuJoCo 4.0 has no gjkIntersect fallback (3.12's
+def _gjk(sup: Support, x1: jax.Array, x2: jax.Array, kmax: int, tol: jax.Array,
+         cutoff: jax.Array) -> _GjkResult:
+  """MuJoCo's ``gjk``; ``cutoff`` 0 is the run without distances (it stops as soon as a support
+  plane separates the geoms: MuJoCo's test for that case reduces to this one's with a zero
+  cutoff). MuJoCo 4.0 has no gjkIntersect fallback (3.12's
   ``gjkIntersect`` is gone from its binary, and its traces continue GJK to the tetrahedron)."""
   dtype = x1.dtype
   x = x1 - x2
   st = _Gjk(simplex=jnp.zeros((4, 4, 3), dtype), n=jnp.array(0), k=jnp.array(0), x=x,
             xn=_norm(x), xn_prev=jnp.zeros((), dtype), lam=jnp.zeros(4, dtype),
             mode=jnp.array(_RUN))
-  get_dist = cutoff is not None
-  st = _gjk_loop(sup, st, kmax, tol, get_dist, cutoff if get_dist else jnp.zeros((), dtype))
+  st = _gjk_loop(sup, st, kmax, tol, cutoff)
   sep_early = st.mode == _SEP
   final = sup(-(st.x * (1 / _safe(st.xn, st.xn != 0))))
   separated = _dot(st.x, final[_V]) > 0
@@ -378,24 +394,30 @@ def _face_point(center: jax.Array, v1: jax.Array, v2: jax.Array, v3: jax.Array
   return p, jnp.where(fail, 0.0, _dot(p, p))
 
 
-def _attach(pt: _Polytope, verts: tuple[int, int, int], adj: tuple[int, int, int]
-            ) -> tuple[_Polytope, jax.Array]:
-  """attachFace for the fixed faces of the initial polytopes."""
-  i = pt.nface
+def _attach(pt: _Polytope, faces: np.ndarray, adj: np.ndarray) -> tuple[_Polytope, jax.Array]:
+  """attachFace for the fixed faces (k, 3) of an initial polytope, with their adjacent faces
+  (k, 3), in one batch: the polytope and the faces' squared distances (k,)."""
+  k = len(faces)
   x = pt.vert[:, _V]
-  p, d2 = _face_point(pt.center, x[verts[0]], x[verts[1]], x[verts[2]])
-  pt = pt._replace(face=pt.face.at[i].set(jnp.array(verts, jnp.int32)),
-                   adj=pt.adj.at[i].set(jnp.array(adj, jnp.int32)), v=pt.v.at[i].set(p),
-                   dist2=pt.dist2.at[i].set(d2), alive=pt.alive.at[i].set(True), nface=i + 1)
+  p, d2 = jax.vmap(lambda a, b, c: _face_point(pt.center, a, b, c))(
+      x[faces[:, 0]], x[faces[:, 1]], x[faces[:, 2]])
+  pt = pt._replace(face=pt.face.at[:k].set(jnp.asarray(faces, jnp.int32)),
+                   adj=pt.adj.at[:k].set(jnp.asarray(adj, jnp.int32)), v=pt.v.at[:k].set(p),
+                   dist2=pt.dist2.at[:k].set(d2), alive=pt.alive.at[:k].set(True),
+                   in_map=pt.in_map.at[:k].set(True), nface=jnp.array(k))
   return pt, d2
+
+
+def _first_flat(pt: _Polytope, faces: np.ndarray, d2: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Whether a face of the initial polytope is degenerate, and the first such face's vertices
+  (3, 4, 3) (else the first three vertices), for polytope3 to start from."""
+  flat = d2 < _MINDIST
+  tri = pt.vert[jnp.asarray(faces)[jnp.argmax(flat)]]
+  return jnp.any(flat), jnp.where(jnp.any(flat), tri, pt.vert[:3])
 
 
 def _insert(pt: _Polytope, vertex: jax.Array) -> _Polytope:
   return pt._replace(vert=pt.vert.at[pt.nvert].set(vertex), nvert=pt.nvert + 1)
-
-
-def _map_first(pt: _Polytope, n: int) -> _Polytope:
-  return pt._replace(in_map=pt.in_map.at[:n].set(True))
 
 
 def _same_side(p0, p1, p2, p3) -> jax.Array:
@@ -415,6 +437,10 @@ def _tri_affine(v1, v2, v3, p) -> jax.Array:
   return c / _safe(m_max, m_max != 0)
 
 
+# the adjacency of polytope2's and polytope3's six faces (a double pyramid)
+_ADJ6 = np.array([(1, 3, 2), (2, 4, 0), (0, 5, 1), (5, 0, 4), (3, 1, 5), (4, 2, 3)])
+
+
 def _polytope4(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, jax.Array]:
   """polytope4: (polytope, ret, fall back to polytope3, that triangle's vertices (3, 4, 3))."""
   pt = _empty_polytope(nv, nf, simplex.dtype)
@@ -422,15 +448,11 @@ def _polytope4(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, j
     pt = _insert(pt, simplex[i])
   x = simplex[:, _V]
   pt = pt._replace(center=(((x[0] + x[1]) + x[2]) + x[3]) * 0.25)
-  fall, tri = jnp.array(False), simplex[:3]
-  for verts, adj in (((0, 1, 2), (1, 3, 2)), ((0, 3, 1), (2, 3, 0)), ((0, 2, 3), (0, 3, 1)),
-                     ((3, 2, 1), (2, 0, 1))):
-    pt, d2 = _attach(pt, verts, adj)
-    now = ~fall & (d2 < _MINDIST)
-    tri = jnp.where(now, simplex[np.array(verts)], tri)
-    fall = fall | now
+  faces = np.array([(0, 1, 2), (0, 3, 1), (0, 2, 3), (3, 2, 1)])
+  pt, d2 = _attach(pt, faces, np.array([(1, 3, 2), (2, 3, 0), (0, 3, 1), (2, 0, 1)]))
+  fall, tri = _first_flat(pt, faces, d2)
   ret = jnp.where(_test_tetra(x[0], x[1], x[2], x[3]), 0, 9)
-  return _map_first(pt, 4), ret, fall, tri
+  return pt, ret, fall, tri
 
 
 def _polytope3(sup, tri, nv, nf) -> tuple[_Polytope, jax.Array]:
@@ -441,8 +463,7 @@ def _polytope3(sup, tri, nv, nf) -> tuple[_Polytope, jax.Array]:
   n_norm = _norm(n)
   for i in range(3):
     pt = _insert(pt, tri[i])
-  v5 = _unit_support(*sup, -n, n_norm)
-  v4 = _unit_support(*sup, n, n_norm)
+  v5, v4 = jax.vmap(lambda d: _unit_support(sup, d, n_norm))(jnp.stack([-n, n]))
   pt = _insert(_insert(pt, v5), v4)
 
   def on_triangle(p):
@@ -451,11 +472,9 @@ def _polytope3(sup, tri, nv, nf) -> tuple[_Polytope, jax.Array]:
     return ~jnp.any(lam < 0) & (_norm(pr - p) < MINVAL)
   ret = jnp.where(n_norm < MINVAL, 4, jnp.where(on_triangle(v4[_V]), 5, jnp.where(
       on_triangle(v5[_V]), 6, 0)))
-  for verts, adj in (((4, 0, 1), (1, 3, 2)), ((4, 2, 0), (2, 4, 0)), ((4, 1, 2), (0, 5, 1)),
-                     ((3, 1, 0), (5, 0, 4)), ((3, 0, 2), (3, 1, 5)), ((3, 2, 1), (4, 2, 3))):
-    pt, d2 = _attach(pt, verts, adj)
-    ret = jnp.where((ret == 0) & (d2 < _MINDIST), 8, ret)
-  return _map_first(pt, 6), ret
+  faces = np.array([(4, 0, 1), (4, 2, 0), (4, 1, 2), (3, 1, 0), (3, 0, 2), (3, 2, 1)])
+  pt, d2 = _attach(pt, faces, _ADJ6)
+  return pt, jnp.where((ret == 0) & jnp.any(d2 < _MINDIST), 8, ret)
 
 
 def _rotmat120(axis: jax.Array) -> jax.Array:
@@ -479,21 +498,17 @@ def _polytope2(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, j
   d2 = r @ d1
   d3 = r @ d2
   pt = _insert(_insert(pt, simplex[0]), simplex[1])
-  for d in (d1, d2, d3):
-    pt = _insert(pt, _unit_support(*sup, d, _norm(d)))
-  fall, tri = jnp.array(False), pt.vert[:3]
-  for verts, adj in (((0, 2, 3), (1, 3, 2)), ((0, 4, 2), (2, 4, 0)), ((0, 3, 4), (0, 5, 1)),
-                     ((1, 3, 2), (5, 0, 4)), ((1, 2, 4), (3, 1, 5)), ((1, 4, 3), (4, 2, 3))):
-    pt, dd = _attach(pt, verts, adj)
-    now = ~fall & (dd < _MINDIST)
-    tri = jnp.where(now, pt.vert[np.array(verts)], tri)
-    fall = fall | now
+  for v in jax.vmap(lambda d: _unit_support(sup, d, _norm(d)))(jnp.stack([d1, d2, d3])):
+    pt = _insert(pt, v)
+  faces = np.array([(0, 2, 3), (0, 4, 2), (0, 3, 4), (1, 3, 2), (1, 2, 4), (1, 4, 3)])
+  pt, dd = _attach(pt, faces, _ADJ6)
+  fall, tri = _first_flat(pt, faces, dd)
   x = pt.vert[:, _V]
   e12, e13, e14, e15 = x[1] - x[0], x[2] - x[0], x[3] - x[0], x[4] - x[0]
   vol1, vol2, vol3 = _det3(e13, e14, e12), _det3(e14, e15, e12), _det3(e15, e13, e12)
   convex = (((vol1 >= 0) & (vol2 >= 0) & (vol3 >= 0))
             | ((vol1 <= 0) & (vol2 <= 0) & (vol3 <= 0)))
-  return _map_first(pt, 6), jnp.where(convex, 0, 2), fall, tri
+  return pt, jnp.where(convex, 0, 2), fall, tri
 
 
 class _Epa(NamedTuple):
@@ -504,8 +519,10 @@ class _Epa(NamedTuple):
   done: jax.Array
 
 
-def _epa(sup, pt: _Polytope, kmax: int, tol: jax.Array) -> jax.Array:
-  """MuJoCo's ``epa``: the id of the face nearest the origin, or -1 (no contact)."""
+def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array
+         ) -> tuple[jax.Array, _Polytope]:
+  """MuJoCo's ``epa``: the id of the face nearest the origin, or -1 (no contact), and the final
+  polytope. ``run`` False skips it (a batch's loop then ends once its last pair is done)."""
   big = jnp.finfo(pt.v.dtype).max
   nf = pt.face.shape[0]
   ids = jnp.arange(nf)
@@ -522,7 +539,7 @@ def _epa(sup, pt: _Polytope, kmax: int, tol: jax.Array) -> jax.Array:
     zero = ~invalid & (lower2 <= 0)
     lower = jnp.sqrt(jnp.where(lower2 > 0, lower2, 1.0))
     fv = pt.v[face]
-    w = _unit_support(*sup, fv, lower)
+    w = _unit_support(sup, fv, lower)
     wi = pt.nvert
     upper_k = _dot(fv, w[_V]) / lower
     upper = jnp.minimum(s.upper, upper_k)
@@ -590,7 +607,7 @@ def _epa(sup, pt: _Polytope, kmax: int, tol: jax.Array) -> jax.Array:
                 k=jnp.where(grown & ~empty, s.k + 1, s.k), done=~grown | empty)
 
   kmax = min(kmax, 1000)
-  init = _Epa(pt=pt, face=jnp.array(-1), upper=big, k=jnp.array(0), done=jnp.array(False))
+  init = _Epa(pt=pt, face=jnp.array(-1), upper=big, k=jnp.array(0), done=~run)
   out = jax.lax.while_loop(lambda s: ~s.done & (s.k < kmax), body, init)
   return out.face, out.pt
 
@@ -612,34 +629,42 @@ def _frozen(g: Geom) -> Geom:
                     half_margin=sg(g.half_margin))
 
 
+def _rounded(g: Geom) -> jax.Array:
+  return (g.kind == _G.SPHERE) | (g.kind == _G.CAPSULE)
+
+
 def _core(g: Geom) -> Geom:
   """The geom as the distance pass sees it: no margin, a sphere's centre, a capsule's segment."""
-  kind = {_G.SPHERE: _POINT, _G.CAPSULE: _LINE}.get(g.kind, g.kind)
+  kind = jnp.where(g.kind == _G.SPHERE, _POINT, jnp.where(g.kind == _G.CAPSULE, _LINE, g.kind))
   return g._replace(kind=kind, half_margin=jnp.zeros_like(g.half_margin))
+
+
+def _core_kinds(kinds: tuple[int, ...]) -> tuple[int, ...]:
+  return tuple(sorted({{_G.SPHERE: _POINT, _G.CAPSULE: _LINE}.get(k, k) for k in kinds}))
 
 
 def _full_margin(g: Geom) -> jax.Array:
   """What the distance pass's witness point moves out by: half the margin, plus the radius of a
   sphere or a capsule."""
-  if g.kind in (_G.SPHERE, _G.CAPSULE):
-    return g.size[0] + g.half_margin
-  return g.half_margin
+  return jnp.where(_rounded(g), g.size[0] + g.half_margin, g.half_margin)
 
 
-def _search(g1: Geom, g2: Geom, kmax: int, tol: jax.Array) -> _Witness:
+def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array) -> _Witness:
   """mjc_ccd's combinatorial result (no derivatives)."""
   dtype = g1.pos.dtype
   nv, nf = 5 + kmax, 6 * kmax
-  sup = (g1, g2)
-  support = lambda d: _support(g1, g2, d)
-  # a distance pass first where there is a sphere, a capsule or a margin (MuJoCo 4.0)
+  sup = _support(g1, g2, kinds)
+  # MuJoCo 4.0 first runs a distance pass on the cores where there is a sphere, a capsule or
+  # a margin; both GJK runs go as one batch of two, so the program holds one GJK
   c1, c2 = _core(g1), _core(g2)
   cutoff = _full_margin(g1) + _full_margin(g2)
-  core = _gjk(lambda d: _support(c1, c2, d), c1.pos, c2.pos, kmax, tol, cutoff)
-  rounded = g1.kind in (_G.SPHERE, _G.CAPSULE) or g2.kind in (_G.SPHERE, _G.CAPSULE)
-  shallow = (cutoff > 0 if not rounded else True) & (core.dist > tol)
+  both = tuple(tuple(sorted(set(k) | set(_core_kinds(k)))) for k in kinds)
+  pair = lambda a, b: jax.tree.map(lambda x, y: jnp.stack([x, y]), a, b)
+  runs = jax.vmap(lambda a, b, cut: _gjk(_support(a, b, both), a.pos, b.pos, kmax, tol, cut))(
+      pair(c1, g1), pair(c2, g2), jnp.stack([cutoff, jnp.zeros_like(cutoff)]))
+  core, full = (jax.tree.map(lambda x: x[i], runs) for i in range(2))
+  shallow = (_rounded(g1) | _rounded(g2) | (cutoff > 0)) & (core.dist > tol)
   core_hit = shallow & core.has_x & (core.dist - cutoff < 0)
-  full = _gjk(support, g1.pos, g2.pos, kmax, tol, None)
   run_epa = (full.dist <= tol) & (full.n > 1) & ~full.separated
   p4, r4, f4, t4 = _polytope4(sup, full.simplex, nv, nf)
   p2, r2, f2, t2 = _polytope2(sup, full.simplex, nv, nf)
@@ -649,8 +674,9 @@ def _search(g1: Geom, g2: Geom, kmax: int, tol: jax.Array) -> _Witness:
   pick = lambda a, b, c: jnp.where(use3, c, jnp.where(full.n == 4, a, b))
   pt = jax.tree.map(pick, p4, p2, p3)
   ret = pick(r4, r2, r3)
-  face, pt = _epa(sup, pt, kmax, tol)
-  epa_hit = run_epa & (ret == 0) & (face >= 0)
+  run_epa = run_epa & (ret == 0) & ~shallow
+  face, pt = _epa(sup, pt, kmax, tol, run_epa)
+  epa_hit = run_epa & (face >= 0)
   face_dirs = pt.vert[pt.face[jnp.maximum(face, 0)], _D]
   dirs = jnp.concatenate([face_dirs, jnp.zeros((1, 3), dtype)])
   path = jnp.where(shallow, jnp.where(core_hit, 1, 0), jnp.where(epa_hit, 2, 0))
@@ -659,12 +685,12 @@ def _search(g1: Geom, g2: Geom, kmax: int, tol: jax.Array) -> _Witness:
   return _Witness(path=path, dirs=dirs, n=n, center=pt.center)
 
 
-def _ccd(g1: Geom, g2: Geom, kmax: int, tol: jax.Array) -> tuple[jax.Array, ...]:
+def _ccd(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array) -> tuple[jax.Array, ...]:
   """mjc_ccd with derivatives: (found, dist (without the margin), x1, x2)."""
-  found = _search(_frozen(g1), _frozen(g2), kmax, jax.lax.stop_gradient(tol))
+  found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol))
   dirs = jax.lax.stop_gradient(found.dirs)
   # EPA face: its three vertices from their directions
-  verts = jax.vmap(lambda d: _support(g1, g2, d))(dirs[:3])
+  verts = jax.vmap(_support(g1, g2, kinds))(dirs[:3])
   x = verts[:, _V]
   p, d2 = _face_point(jax.lax.stop_gradient(found.center), x[0], x[1], x[2])
   lam = _tri_affine(x[0], x[1], x[2], p)
@@ -673,7 +699,7 @@ def _ccd(g1: Geom, g2: Geom, kmax: int, tol: jax.Array) -> tuple[jax.Array, ...]
   e_dist = -jnp.sqrt(jnp.where(d2 > 0, d2, 1.0)) * (d2 > 0)
   # distance pass: the simplex's nearest point, pushed out by the margins
   c1, c2 = _core(g1), _core(g2)
-  simplex = jax.vmap(lambda d: _support(c1, c2, d))(dirs)
+  simplex = jax.vmap(_support(c1, c2, tuple(_core_kinds(k) for k in kinds)))(dirs)
   lam4 = _subdistance(found.n, simplex[:, _V])
   xk = _lincomb(lam4, found.n, simplex[:, _V])
   s1 = _lincomb(lam4, found.n, simplex[:, _A])
@@ -690,9 +716,10 @@ def _ccd(g1: Geom, g2: Geom, kmax: int, tol: jax.Array) -> tuple[jax.Array, ...]
   return found.path > 0, e_dist, e1, e2
 
 
-def _contact(g1: Geom, g2: Geom, margin: jax.Array, kmax: int, tol: jax.Array) -> _Contact:
+def _contact(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, kmax: int, tol: jax.Array
+             ) -> _Contact:
   """mjc_penetration: one contact (dist, pos, normal from geom 1 to geom 2)."""
-  found, dist, x1, x2 = _ccd(g1, g2, kmax, tol)
+  found, dist, x1, x2 = _ccd(g1, g2, kinds, kmax, tol)
   diff = x1 - x2
   nn = _norm(diff)
   ok = nn >= MINVAL
@@ -701,25 +728,29 @@ def _contact(g1: Geom, g2: Geom, margin: jax.Array, kmax: int, tol: jax.Array) -
                   tangent=jnp.zeros_like(normal), valid=found & (dist < 0))
 
 
-def _geom(kind: int, pos, mat, size, vert, margin) -> Geom:
+def _geom(kind, pos, mat, size, vert, margin) -> Geom:
   half = jnp.where(margin > 0, 0.5 * margin, 0.0)
   vert = vert if vert is not None else jnp.zeros((1, 3), pos.dtype)
-  return Geom(kind=kind, pos=pos, mat=mat, size=size, vert=vert, half_margin=half)
+  return Geom(kind=jnp.asarray(kind), pos=pos, mat=mat, size=size, vert=vert, half_margin=half)
 
 
-def make_collider(type1: int, type2: int, kmax: int) -> Callable[..., Contacts]:
-  """The collider of a type pair for ``collision``:
+def make_collider(kinds: Kinds, kmax: int) -> Callable[..., Contacts]:
+  """The collider of every convex pair whose first geom's type is in ``kinds[0]`` and whose
+  second's is in ``kinds[1]``, for ``collision``:
 
-    collider(pos1, mat1, size1, pos2, mat2, size2, margin, vert1, vert2, tol)
+    collider(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, vert1, vert2, tol)
 
-  with the shapes of ``collision_primitive`` (K = 1); ``vert1, vert2`` (H, 3) mesh hull
-  vertices (or None), ``tol`` () ``opt.ccd_tolerance``. An inactive slot holds the search's
-  last estimate (finite, but not a signed distance where the geoms are apart)."""
+  with the shapes of ``collision_primitive`` (K = 1); ``type1, type2`` () the geom types,
+  ``vert1, vert2`` (H, 3) mesh hull vertices (or None where no geom is a mesh), ``tol`` ()
+  ``opt.ccd_tolerance``. An inactive slot holds the search's last estimate (finite, but not a
+  signed distance where the geoms are apart)."""
+  kinds = tuple(tuple(sorted(int(k) for k in set(ks))) for ks in kinds)
 
-  def collide(pos1, mat1, size1, pos2, mat2, size2, margin, vert1, vert2, tol) -> Contacts:
+  def collide(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, vert1, vert2,
+              tol) -> Contacts:
     g1 = _geom(type1, pos1, mat1, size1, vert1, margin)
     g2 = _geom(type2, pos2, mat2, size2, vert2, margin)
-    return _finish(jax.tree.map(lambda x: x[None], _contact(g1, g2, margin, kmax, tol)), 1)
+    return _finish(jax.tree.map(lambda x: x[None], _contact(g1, g2, kinds, margin, kmax, tol)), 1)
 
   return collide
 

@@ -34,9 +34,9 @@ def load_mjcf(path: str | os.PathLike, *, dtype: Any = None, root: str | os.Path
     dtype: float dtype of the Model's traced fields (default: float64 if x64 is enabled).
     root: optional folder that every file the model reads must lie in (for untrusted models).
     convex: collide the pairs MuJoCo sends to GJK and EPA that flexor supports (an ellipsoid
-      against anything, a sphere or an ellipsoid against a mesh); off by default because each
-      such geom-type pair adds 30-40 s of XLA compile time on a 2-core CPU, and without it
-      they are left out with a warning.
+      against anything, a sphere or an ellipsoid against a mesh); off by default because their
+      kernel adds compile time (7 s for dm_control's quadruped on a 2-core CPU) and run time,
+      and without it they are left out with a warning.
   Raises:
     MJCFError: naming file, line, element and attribute of the first problem found.
   """

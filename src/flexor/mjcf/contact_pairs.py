@@ -96,8 +96,7 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = False) -> di
       body_jntnum, body_dofnum and body_mocapid included).
     disableflags: the model's opt.disableflags (FILTERPARENT changes the parent-child rule,
       MIDPHASE the order within a body pair).
-    convex: keep the CONVEX pairs (GJK and EPA, which add tens of seconds of compile time per
-      type pair).
+    convex: keep the CONVEX pairs (GJK and EPA, which add compile and run time).
   """
   geom_type = np.asarray(f["geom_type"]).astype(np.int64)
   geom_bodyid = np.asarray(f["geom_bodyid"]).astype(np.int64)
