@@ -1,7 +1,7 @@
-"""GJK/EPA convex collision (flexor.collision_convex, models loaded with convex=True) against
-MuJoCo 4.0's mjc_Convex: contacts of sphere, capsule, ellipsoid, cylinder, box and mesh geoms
-with an ellipsoid, and of spheres and ellipsoids with a mesh, at random poses of two free
-bodies, in float64."""
+"""GJK/EPA convex collision (flexor.collision_convex; models loaded with convex=False leave it
+out) against MuJoCo 4.0's mjc_Convex: contacts of sphere, capsule, ellipsoid, cylinder, box and
+mesh geoms with an ellipsoid, and of spheres and ellipsoids with a mesh, at random poses of two
+free bodies, in float64."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0) -> int:
   md = mujoco.MjData(mj)
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # the pair is supported
-    m = flexor.load_mjcf_string(xml, convex=True)
+    m = flexor.load_mjcf_string(xml)
   qs = _poses(n, seed)
   d = _contacts(m)(jnp.asarray(qs))
   found = exact = 0
@@ -99,9 +99,12 @@ def test_ellipsoid_pairs_match_mujoco():
   assert _compare("ellipsoid", "ellipsoid", 24) >= 12
 
 
-def test_convex_pairs_are_opt_in():
-  with pytest.warns(UserWarning, match="convex=True"):
-    m = flexor.load_mjcf_string(_xml("ellipsoid", "ellipsoid"))
+def test_convex_pairs_can_be_left_out():
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert flexor.load_mjcf_string(_xml("ellipsoid", "ellipsoid")).ncollision == 1
+  with pytest.warns(UserWarning, match="convex=False"):
+    m = flexor.load_mjcf_string(_xml("ellipsoid", "ellipsoid"), convex=False)
   assert m.ncollision == 0
 
 
@@ -128,8 +131,7 @@ def test_gradient_of_depth_matches_finite_differences():
   default 1e-6 the face's normal is MuJoCo's, off the true one by up to ~1e-3, and so is the
   gradient.)"""
   m = flexor.load_mjcf_string(_xml("ellipsoid", "ellipsoid",
-                                   option='ccd_tolerance="1e-13" ccd_iterations="120"'),
-                              convex=True)
+                                   option='ccd_tolerance="1e-13" ccd_iterations="120"'))
 
   def depth(q):
     d = flexor.kinematics.kinematics(m, flexor.make_data(m).replace(qpos=q))
@@ -161,7 +163,7 @@ def test_mixed_convex_pairs_share_one_kernel():
   <body><freejoint/>{_GEOMS["mesh"]}</body></worldbody></mujoco>"""
   mj = mujoco.MjModel.from_xml_string(xml)
   md = mujoco.MjData(mj)
-  m = flexor.load_mjcf_string(xml, convex=True)
+  m = flexor.load_mjcf_string(xml)
   assert m.ncollision == 3
   rng = np.random.default_rng(2)
   qs = np.concatenate([_poses(16, 3), _poses(16, 4)[:, 7:]], axis=1)
@@ -181,4 +183,27 @@ def test_mixed_convex_pairs_share_one_kernel():
       np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=1e-4, err_msg=f"pose {i}")
       np.testing.assert_allclose(d.contact_frame[i, k].reshape(-1), c.frame, atol=1e-4,
                                  err_msg=f"pose {i}")
+  assert found >= 12
+
+
+def test_float32_contacts_agree_to_float32_accuracy():
+  """A float32 model (the RL setting): the same contacts as MuJoCo's float64 ones, within what
+  float32 round-off and ccd_tolerance leave open."""
+  xml = _xml("ellipsoid", "ellipsoid")
+  m = flexor.load_mjcf_string(xml, dtype=jnp.float32)
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  qs = _poses(24, 0)
+  d = _contacts(m)(jnp.asarray(qs, jnp.float32))
+  assert d.contact_dist.dtype == jnp.float32
+  found = 0
+  for i, q in enumerate(qs):
+    md.qpos[:] = q
+    mujoco.mj_forward(mj, md)
+    exist = np.asarray(d.contact_exist[i])
+    assert exist.sum() == md.ncon, (i, exist.sum(), md.ncon)
+    for k, c in zip(np.flatnonzero(exist), md.contact[:md.ncon]):
+      found += 1
+      np.testing.assert_allclose(d.contact_dist[i, k], c.dist, atol=1e-4, err_msg=f"pose {i}")
+      np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=1e-4, err_msg=f"pose {i}")
   assert found >= 12

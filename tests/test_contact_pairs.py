@@ -37,7 +37,7 @@ _MIDPHASE = mujoco.mjtDisableBit.mjDSBL_MIDPHASE
 def _compile(data: bytes, path: str | None = None):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    return compile_model(parse.load(data, path), convex=True)[0]
+    return compile_model(parse.load(data, path))[0]
 
 
 def _compile_path(path: str):
@@ -274,7 +274,7 @@ _UNSUPPORTED = """
 def test_unsupported_pairs_warn_once():
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    compile_model(parse.load(_UNSUPPORTED.encode(), None), convex=True)
+    compile_model(parse.load(_UNSUPPORTED.encode(), None))
   ours = [w for w in caught if "narrow phase does not support" in str(w.message)]
   assert len(ours) == 1
   # a-b box-mesh, a-c box-cylinder, b-c mesh-cylinder; capsule-ellipsoid (b-c, contype 2) and
@@ -303,7 +303,7 @@ def test_from_mujoco_candidates_match():
   m = mujoco.MjModel.from_xml_string(_PAIRS)
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    ref = from_mujoco(m, convex=True)
+    ref = from_mujoco(m)
   ours = _compile(_PAIRS.encode())
   np.testing.assert_array_equal(ref.collision_geom, ours.collision_geom)
   np.testing.assert_array_equal(ref.collision_pairid, ours.collision_pairid)

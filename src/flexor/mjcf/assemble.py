@@ -169,7 +169,7 @@ def _plastic_tables(f: dict[str, Any], jnt_type: np.ndarray, ntendon: int) -> di
 
 
 def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = None,
-             convex: bool = False) -> Model:
+             convex: bool = True) -> Model:
   """Returns a Model from primary per-element arrays.
 
   Args:

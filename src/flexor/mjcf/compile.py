@@ -388,7 +388,7 @@ def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str,
   return assemble(fields, option, dtype, convex), pending
 
 
-def compile_model(source: Source, dtype: Any = None, convex: bool = False
+def compile_model(source: Source, dtype: Any = None, convex: bool = True
                   ) -> tuple[Model, dict[str, Any]]:
   """Compiles a parsed, schema-checked MJCF source into a Model.
 

@@ -83,7 +83,7 @@ def _function_types(g1: int, g2: int, geom_type: np.ndarray) -> tuple[int, int]:
   return (t1, t2) if t1 <= t2 else (t2, t1)
 
 
-def candidates(f: dict[str, Any], disableflags: int, convex: bool = False) -> dict[str, Any]:
+def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dict[str, Any]:
   """Returns collision_geom (ncollision, 2), collision_pairid (ncollision,) and ncollision.
 
   Pairs MuJoCo would collide but flexor's narrow phase cannot (height fields, SDFs, the convex
@@ -96,7 +96,7 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = False) -> di
       body_jntnum, body_dofnum and body_mocapid included).
     disableflags: the model's opt.disableflags (FILTERPARENT changes the parent-child rule,
       MIDPHASE the order within a body pair).
-    convex: keep the CONVEX pairs (GJK and EPA, which add compile and run time).
+    convex: keep the CONVEX pairs (GJK and EPA; False saves their compile and run time).
   """
   geom_type = np.asarray(f["geom_type"]).astype(np.int64)
   geom_bodyid = np.asarray(f["geom_bodyid"]).astype(np.int64)
@@ -154,11 +154,14 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = False) -> di
   dropped = [item for item, ok in zip(found, supported) if not ok]
   if dropped:
     kinds = sorted({_function_types(g1, g2, geom_type) for _, g1, g2, _ in dropped})
-    names = ", ".join(f"{GeomType(a).name.lower()}-{GeomType(b).name.lower()}" for a, b in kinds)
-    hint = ("; load the model with convex=True for GJK/EPA on the ellipsoid and sphere-mesh "
-            "pairs" if any(kind in CONVEX for kind in kinds) else "")
-    warnings.warn(f"{len(dropped)} geom pair(s) that MuJoCo would collide are left out: flexor's "
-                  f"narrow phase does not support {names} yet{hint}", stacklevel=2)
+    names = lambda ks: ", ".join(f"{GeomType(a).name.lower()}-{GeomType(b).name.lower()}"
+                                 for a, b in ks)
+    missing = [k for k in kinds if k not in SUPPORTED]
+    off = [k for k in kinds if k in CONVEX]
+    why = ([f"flexor's narrow phase does not support {names(missing)} yet"] if missing else []) + (
+        [f"GJK/EPA for {names(off)} is off (convex=False)"] if off else [])
+    warnings.warn(f"{len(dropped)} geom pair(s) that MuJoCo would collide are left out: "
+                  + "; ".join(why), stacklevel=2)
   geom = np.array([(g1, g2) for _, g1, g2, _ in keep], dtype=np.int32).reshape(-1, 2)
   pairid = np.array([k for _, _, _, k in keep], dtype=np.int32)
   return dict(collision_geom=geom, collision_pairid=pairid, ncollision=len(keep))

@@ -19,7 +19,7 @@ _COPY = tuple(name for name, spec in field_table(Model).items() if not spec["der
 _KEYS = ("key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat")
 
 
-def from_mujoco(m: Any, dtype: Any = None, convex: bool = False) -> Model:
+def from_mujoco(m: Any, dtype: Any = None, convex: bool = True) -> Model:
   """Returns a flexor Model with the same structure and parameters as ``m`` (a mujoco.MjModel);
   ``convex`` as for :func:`flexor.load_mjcf`."""
   import mujoco  # pylint: disable=import-outside-toplevel
