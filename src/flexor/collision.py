@@ -4,8 +4,8 @@ The candidates are found at compile time (``flexor.mjcf.contact_pairs``), each w
 block of contact slots (``collision_conadr``, ``collision_connum``). Here every candidate runs
 its narrow phase (``flexor.collision_primitive``), one vectorised kernel per geom-type pair (the
 GJK/EPA pairs of ``flexor.collision_convex`` all share one), so compile time grows with the
-number of type pairs, not of geom pairs. A slot whose contact the
-narrow phase does not produce has ``contact_exist`` False.
+number of type pairs, not of geom pairs. A slot whose contact the narrow phase does not produce
+has ``contact_exist`` False.
 
 Contact parameters follow ``mj_contactParam``: an explicit ``<pair>`` brings its own; otherwise
 the geom of higher priority decides, and at equal priority condim and friction are the maxima,

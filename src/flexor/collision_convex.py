@@ -630,17 +630,23 @@ def _frozen(g: Geom) -> Geom:
 
 
 def _rounded(g: Geom) -> jax.Array:
+  """Whether the geom is a sphere or a capsule (its distance pass runs on a point or a segment)."""
   return (g.kind == _G.SPHERE) | (g.kind == _G.CAPSULE)
+
+
+_CORE = {_G.SPHERE: _POINT, _G.CAPSULE: _LINE}  # what the distance pass shrinks a geom to
 
 
 def _core(g: Geom) -> Geom:
   """The geom as the distance pass sees it: no margin, a sphere's centre, a capsule's segment."""
-  kind = jnp.where(g.kind == _G.SPHERE, _POINT, jnp.where(g.kind == _G.CAPSULE, _LINE, g.kind))
+  kind = g.kind
+  for full, core in _CORE.items():
+    kind = jnp.where(g.kind == full, core, kind)
   return g._replace(kind=kind, half_margin=jnp.zeros_like(g.half_margin))
 
 
 def _core_kinds(kinds: tuple[int, ...]) -> tuple[int, ...]:
-  return tuple(sorted({{_G.SPHERE: _POINT, _G.CAPSULE: _LINE}.get(k, k) for k in kinds}))
+  return tuple(sorted({_CORE.get(k, k) for k in kinds}))
 
 
 def _full_margin(g: Geom) -> jax.Array:
