@@ -7,6 +7,9 @@ contacts and constraints on, each model's own solver settings: dm_control's ``ch
 compiled MjModel from qpos0 (keyframe 0 where the model has one) and the same random
 velocities, controls zero. ``--grad`` adds the cost of a reverse-mode gradient of the batched
 rollout (d sum(final qpos) / d initial qvel) relative to the forward rollout, for flexor and MJX.
+Large scenes: ``--models dog --no-mjx`` (dm_control's dog, 6216 candidate pairs; its
+``<size nconmax="300">`` compacts flexor's contacts) and ``--max-geom-pairs k`` (MJX's broad
+phase, for flexor and MJX).
 
 Run from the repository root, e.g. ``python benchmarks/bench_contact.py --quick``.
 """
@@ -53,15 +56,21 @@ MESHES_XML = f"""
 """
 
 
-def _model(name: str) -> Any:
+def _model(name: str, max_geom_pairs: int = -1) -> Any:
+  """The MjModel of ``name``, with MJX's max_geom_pairs numeric where it is >= 0."""
   import mujoco  # pylint: disable=import-outside-toplevel
   if name == "meshes":
-    return mujoco.MjModel.from_xml_string(MESHES_XML)
-  if MODELS.get(name) == "gym":
+    spec = mujoco.MjSpec.from_string(MESHES_XML)
+  elif MODELS.get(name) == "gym":
     import gymnasium  # pylint: disable=import-outside-toplevel
     root = os.path.join(os.path.dirname(gymnasium.__file__), "envs", "mujoco", "assets")
-    return mujoco.MjModel.from_xml_path(os.path.join(root, name.replace("gym_", "") + ".xml"))
-  return mujoco.MjModel.from_xml_path(bench_smooth.model_path(name))
+    spec = mujoco.MjSpec.from_file(os.path.join(root, name.replace("gym_", "") + ".xml"))
+  else:
+    spec = mujoco.MjSpec.from_file(bench_smooth.model_path(name))
+  if max_geom_pairs >= 0:
+    numeric = spec.add_numeric()
+    numeric.name, numeric.data, numeric.size = "max_geom_pairs", [max_geom_pairs], 1
+  return spec.compile()
 
 
 def _grad_ratio(step: Callable[[Any, Any], Any], m: Any, d: Any, steps: int,
@@ -92,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
   rows: list[tuple[str, str, dict[str, Any]]] = []
   ratios: list[str] = []
   for name in [n for n in args.models.split(",") if n]:
-    mj = _model(name)
+    mj = _model(name, args.max_geom_pairs)
     print(f"\n{name}: nq={mj.nq} nv={mj.nv} ngeom={mj.ngeom} solver={mj.opt.solver} "
-          f"iterations={mj.opt.iterations} cone={mj.opt.cone}", flush=True)
+          f"iterations={mj.opt.iterations} cone={mj.opt.cone} nconmax={mj.nconmax} "
+          f"max_geom_pairs={args.max_geom_pairs}", flush=True)
     md = mujoco.MjData(mj)
     if mj.nkey:
       mujoco.mj_resetDataKeyframe(mj, md, 0)

@@ -35,7 +35,7 @@ BATCHES = (64, 256, 1024)
 def parse_args(argv: list[str] | None, doc: str | None = None, models: tuple[str, ...] = MODELS,
                grad: bool = False) -> argparse.Namespace:
   """The benchmarks' shared options (``doc``: the calling script's docstring); ``grad`` adds
-  ``--grad``."""
+  ``--grad`` and ``--max-geom-pairs`` (the contact benchmarks')."""
   parser = argparse.ArgumentParser(description=(doc or __doc__).split("\n\n")[0])
   parser.add_argument("--models", default=",".join(models),
                       help=f"comma-separated: dm_control suite names, flexor examples or MJCF "
@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None, doc: str | None = None, models: tuple[str
   if grad:
     parser.add_argument("--grad", action="store_true",
                         help="also time a rollout gradient against the forward rollout")
+    parser.add_argument("--max-geom-pairs", type=int, default=-1,
+                        help="give every model MJX's max_geom_pairs numeric (flexor and MJX "
+                             "run each geom-type pair's narrow phase on that many candidates)")
   args = parser.parse_args(argv)
   if args.quick:
     args.batches, args.steps, args.repeat = "64", 50, 1

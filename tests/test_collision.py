@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import flexor
+from flexor.mjcf.from_mujoco import from_mujoco
 
 import support
 from support import relerr
@@ -290,6 +291,154 @@ def test_resting_box_trajectory_matches_mujoco():
     assert relerr(d.qpos, md.qpos) < 1e-8, f"step {k}: qpos"
     assert relerr(d.qvel, md.qvel) < 1e-6, f"step {k}: qvel"
   assert int(d.ncon) == 4
+
+
+BOXES_XML = """
+<mujoco>
+  <size nconmax="{cap}"/>
+  <option timestep="0.005"/>
+  <worldbody>
+    <geom type="plane" size="5 5 0.1"/>
+    {boxes}
+  </worldbody>
+</mujoco>
+""".replace("{boxes}", "\n".join(
+    f'<body pos="{0.3 * i} {0.1 * (i % 3)} {0.1 + 0.25 * i}"><freejoint/>'
+    f'<geom type="box" size="0.1 0.1 0.1"/></body>' for i in range(4)))
+
+
+def test_nconmax_compacts_contacts_in_mujoco_order():
+  """<size nconmax> holds Data's contacts to that many slots (rows follow): 4 boxes falling on
+  a plane and onto each other (16 contacts at rest) in 20 slots instead of 64 keep MuJoCo's
+  trajectory, contacts and order."""
+  xml = BOXES_XML.format(cap=20)
+  m = flexor.load_mjcf_string(xml)
+  assert (m.nconslot, m.nconmax, m.njmax) == (64, 20, 80)
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  d = flexor.make_data(m)
+  step = jax.jit(flexor.step)
+  for k in range(300):
+    mujoco.mj_step(mj, md)
+    d = step(m, d)
+    assert relerr(d.qpos, md.qpos) < 1e-9, f"step {k}: qpos"
+  exist = np.asarray(d.contact_exist)
+  assert exist.sum() == md.ncon == 16 and int(d.ncon_dropped) == 0
+  np.testing.assert_array_equal(np.asarray(d.contact_geom)[exist], md.contact.geom)
+  assert relerr(np.asarray(d.contact_pos)[exist], md.contact.pos) < GEOM_TOL
+
+
+def test_nconmax_overflow_is_counted():
+  """With fewer slots than contacts the first ones in MuJoCo's order are kept and the others
+  counted in ncon_dropped."""
+  m = flexor.load_mjcf_string(BOXES_XML.format(cap=6))
+  full = flexor.load_mjcf_string(BOXES_XML.format(cap=-1))
+  qpos = np.asarray(full.qpos0).copy()
+  qpos[2::7] = [0.099, 0.299, 0.499, 0.699]  # stacked, each box resting on the one below
+  qpos[0::7] = qpos[1::7] = 0.0
+  run = lambda m: jax.jit(flexor.forward)(m, flexor.make_data(m).replace(qpos=jnp.asarray(qpos)))
+  d, ref = run(m), run(full)
+  assert int(ref.ncon) == 16 and int(d.ncon) == 6 and int(d.ncon_dropped) == 10
+  exist, ref_exist = np.asarray(d.contact_exist), np.asarray(ref.contact_exist)
+  np.testing.assert_array_equal(np.asarray(d.contact_geom)[exist],
+                                np.asarray(ref.contact_geom)[ref_exist][:6])
+
+
+def test_nconmax_groups_condims_and_keeps_the_solution():
+  """Compacted per condim (the scene's pair has condim 1, the rest 3): the contacts of each
+  condim in MuJoCo's order, and the same constraint solution."""
+  xml = _scene_xml("pyramidal", 3).replace("<mujoco>", '<mujoco><size nconmax="12"/>')
+  mj = mujoco.MjModel.from_xml_string(xml)
+  mj.opt.tolerance = 1e-13
+  m = flexor.load_mjcf_string(xml)
+  m = m.replace(opt=m.opt.replace(tolerance=jnp.asarray(1e-13)))
+  assert m.nconmax < m.nconslot
+  states = _scene_states(mj, 4)
+  d = flexor.make_data(m, (len(states),)).replace(
+      qpos=jnp.asarray(np.stack([s[0] for s in states])),
+      qvel=jnp.asarray(np.stack([s[1] for s in states])))
+  d = jax.jit(jax.vmap(flexor.forward, in_axes=(None, 0)))(m, d)
+  md = mujoco.MjData(mj)
+  for i, (qpos, qvel) in enumerate(states):
+    md.qpos[:], md.qvel[:] = qpos, qvel
+    mujoco.mj_forward(mj, md)
+    exist = np.asarray(d.contact_exist[i])
+    order = np.argsort(md.contact.dim, kind="stable")
+    np.testing.assert_array_equal(np.asarray(d.contact_geom[i])[exist], md.contact.geom[order])
+    assert int(d.ncon_dropped[i]) == 0
+    for field in SOLVE_FIELDS[1:]:
+      assert relerr(getattr(d, field)[i], getattr(md, field)) < 1e-9, f"state {i}: {field}"
+
+
+def test_capacities_keep_rollout_gradients():
+  """Reverse mode through 20 steps of the stack of boxes is the same with its contacts compacted
+  into 20 slots and the box-box narrow phase held to the 3 nearest of 6 pairs."""
+  qpos = np.asarray(flexor.load_mjcf_string(BOXES_XML.format(cap=-1)).qpos0).copy()
+  qpos[2::7] = [0.099, 0.299, 0.499, 0.699]
+  qpos[0::7] = qpos[1::7] = 0.0
+  grads = []
+  for xml in (BOXES_XML.format(cap=-1), BOXES_XML.format(cap=20).replace(
+      "<option", '<custom><numeric name="max_geom_pairs" data="3"/></custom><option')):
+    m = flexor.load_mjcf_string(xml)
+    d0 = flexor.make_data(m).replace(qpos=jnp.asarray(qpos))
+
+    def loss(qvel, m=m, d0=d0):
+      d, _ = jax.lax.scan(lambda d, _: (flexor.step(m, d), None), d0.replace(qvel=qvel), None,
+                          length=20)
+      return jnp.sum(d.qpos[0::7]) + jnp.sum(d.qpos[2::7])
+    grads.append(jax.jit(jax.grad(loss))(jnp.full(m.nv, 0.2)))
+  assert np.all(np.isfinite(grads[0])) and np.abs(grads[0]).max() > 0.1
+  np.testing.assert_allclose(grads[1], grads[0], rtol=1e-9, atol=1e-12)
+
+
+BALLS_XML = """
+<mujoco>
+  <custom><numeric name="max_geom_pairs" data="{k}"/></custom>
+  <option timestep="0.005"/>
+  <worldbody>
+    <geom type="plane" size="5 5 0.1"/>
+    {balls}
+  </worldbody>
+</mujoco>
+""".replace("{balls}", "\n".join(
+    f'<body pos="{x:.3f} {y:.3f} {z}"><freejoint/><geom type="sphere" size="0.08"/>'
+    f'<geom type="capsule" size="0.03 0.05" pos="0 0 0.06"/></body>'
+    for x, y, z in [(0.17 * i, 0.17 * j, 0.1) for i in range(3) for j in range(3)]
+    + [(0.085 + 0.17 * i, 0.085 + 0.17 * j, 0.35) for i in range(2) for j in range(2)]))
+
+
+def test_max_geom_pairs_keeps_mujoco_trajectory():
+  """MJX's max_geom_pairs: each geom-type pair's narrow phase runs on the 24 candidates with the
+  nearest bounding spheres (of 78 sphere-sphere, 156 sphere-capsule and 78 capsule-capsule
+  pairs), and 13 balls settling in two layers follow MuJoCo."""
+  xml = BALLS_XML.format(k=24)
+  m = flexor.load_mjcf_string(xml)
+  assert m.max_geom_pairs == 24
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  d = flexor.make_data(m)
+  step = jax.jit(flexor.step)
+  most = 0
+  for k in range(200):
+    mujoco.mj_step(mj, md)
+    d = step(m, d)
+    most = max(most, md.ncon)
+    assert int(d.ncon) == md.ncon and int(d.ncollision_dropped) == 0, f"step {k}"
+    assert relerr(d.qpos, md.qpos) < 1e-8, f"step {k}: qpos"
+  assert most > 24, "more contacts than max_geom_pairs"
+
+
+def test_max_geom_pairs_overflow_is_counted():
+  """Read as MJX reads it (2.5 is 2), also from a compiled MjModel; pairs in reach past it are
+  counted."""
+  m = flexor.load_mjcf_string(BALLS_XML.format(k=2.5))
+  assert m.max_geom_pairs == 2
+  assert from_mujoco(mujoco.MjModel.from_xml_string(BALLS_XML.format(k=2.5))
+                     ).max_geom_pairs == 2
+  qpos = np.asarray(m.qpos0).copy()
+  qpos[2::7] = 0.08  # the upper layer dropped into the lower one
+  d = jax.jit(flexor.forward)(m, flexor.make_data(m).replace(qpos=jnp.asarray(qpos)))
+  assert int(d.ncollision_dropped) > 0
 
 
 def _box_loss(nstep: int):

@@ -56,6 +56,34 @@ def _contacts(m: flexor.Model):
   return jax.jit(jax.vmap(run))
 
 
+def _match(mj: mujoco.MjModel, d: flexor.Data, qs: np.ndarray, what: str, dist_tol: float = 1e-8,
+           geom_tol: float = 1e-4, frame: bool = True) -> tuple[int, int]:
+  """Compares the contacts of batched Data ``d`` at poses ``qs`` with MuJoCo's, in order: the
+  same count and geoms, dist within ``dist_tol``, pos (and frame) within ``geom_tol``. Returns
+  how many contacts MuJoCo found and how many of them agree to 1e-9."""
+  md = mujoco.MjData(mj)
+  found = exact = 0
+  for i, q in enumerate(qs):
+    md.qpos[:] = q
+    mujoco.mj_forward(mj, md)
+    exist = np.asarray(d.contact_exist[i])
+    where = f"{what} pose {i}"
+    assert exist.sum() == md.ncon, (where, exist.sum(), md.ncon)
+    for k, c in zip(np.flatnonzero(exist), md.contact[:md.ncon]):
+      found += 1
+      np.testing.assert_array_equal(d.contact_geom[i, k], c.geom, err_msg=where)
+      np.testing.assert_allclose(d.contact_dist[i, k], c.dist, atol=dist_tol, err_msg=where)
+      np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=geom_tol, err_msg=where)
+      ours_frame = np.asarray(d.contact_frame[i, k]).reshape(-1)
+      if frame:
+        np.testing.assert_allclose(ours_frame, c.frame, atol=geom_tol, err_msg=where)
+      err = max(abs(float(d.contact_dist[i, k]) - c.dist),
+                np.abs(np.asarray(d.contact_pos[i, k]) - c.pos).max(),
+                np.abs(ours_frame - c.frame).max())
+      exact += err < 1e-9
+  return found, exact
+
+
 def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0) -> int:
   """Contacts of both engines at n poses; returns how many MuJoCo found.
 
@@ -65,30 +93,12 @@ def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0) -> int:
   ccd_tolerance leaves open (1e-4 in the normal, 1e-8 m in the depth).
   """
   xml = _xml(a, b, margin)
-  mj = mujoco.MjModel.from_xml_string(xml)
-  md = mujoco.MjData(mj)
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # the pair is supported
     m = flexor.load_mjcf_string(xml)
   qs = _poses(n, seed)
-  d = _contacts(m)(jnp.asarray(qs))
-  found = exact = 0
-  for i, q in enumerate(qs):
-    md.qpos[:] = q
-    mujoco.mj_forward(mj, md)
-    exist = np.asarray(d.contact_exist[i])
-    assert exist.sum() == md.ncon, (a, b, i, exist.sum(), md.ncon)
-    for k, c in zip(np.flatnonzero(exist), md.contact[:md.ncon]):
-      found += 1
-      what = f"{a}-{b} pose {i}"
-      np.testing.assert_allclose(d.contact_dist[i, k], c.dist, atol=1e-8, err_msg=what)
-      np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=1e-4, err_msg=what)
-      np.testing.assert_allclose(d.contact_frame[i, k].reshape(-1), c.frame, atol=1e-4,
-                                 err_msg=what)
-      err = max(abs(float(d.contact_dist[i, k]) - c.dist),
-                np.abs(np.asarray(d.contact_pos[i, k]) - c.pos).max(),
-                np.abs(np.asarray(d.contact_frame[i, k]).reshape(-1) - c.frame).max())
-      exact += err < 1e-9
+  found, exact = _match(mujoco.MjModel.from_xml_string(xml), _contacts(m)(jnp.asarray(qs)), qs,
+                        f"{a}-{b}")
   assert exact >= 0.85 * found, f"{a}-{b}: {exact} of {found} contacts agree to 1e-9"
   return found
 
@@ -161,28 +171,13 @@ def test_mixed_convex_pairs_share_one_kernel():
   <worldbody><body><freejoint/>{_GEOMS["ellipsoid"]}</body>
   <body><freejoint/>{_GEOMS["sphere"]}</body>
   <body><freejoint/>{_GEOMS["mesh"]}</body></worldbody></mujoco>"""
-  mj = mujoco.MjModel.from_xml_string(xml)
-  md = mujoco.MjData(mj)
   m = flexor.load_mjcf_string(xml)
   assert m.ncollision == 3
   rng = np.random.default_rng(2)
   qs = np.concatenate([_poses(16, 3), _poses(16, 4)[:, 7:]], axis=1)
   qs[:, 14:17] = rng.uniform(-0.12, 0.12, size=(16, 3))
-  d = _contacts(m)(jnp.asarray(qs))
-  found = 0
-  for i, q in enumerate(qs):
-    md.qpos[:] = q
-    mujoco.mj_forward(mj, md)
-    exist = np.asarray(d.contact_exist[i])
-    ours = {tuple(np.asarray(d.contact_geom[i, k])): k for k in np.flatnonzero(exist)}
-    assert len(ours) == md.ncon, (i, len(ours), md.ncon)
-    for c in md.contact[:md.ncon]:
-      k = ours[tuple(c.geom)]
-      found += 1
-      np.testing.assert_allclose(d.contact_dist[i, k], c.dist, atol=1e-8, err_msg=f"pose {i}")
-      np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=1e-4, err_msg=f"pose {i}")
-      np.testing.assert_allclose(d.contact_frame[i, k].reshape(-1), c.frame, atol=1e-4,
-                                 err_msg=f"pose {i}")
+  found, _ = _match(mujoco.MjModel.from_xml_string(xml), _contacts(m)(jnp.asarray(qs)), qs,
+                    "mixed")
   assert found >= 12
 
 
@@ -191,19 +186,9 @@ def test_float32_contacts_agree_to_float32_accuracy():
   float32 round-off and ccd_tolerance leave open."""
   xml = _xml("ellipsoid", "ellipsoid")
   m = flexor.load_mjcf_string(xml, dtype=jnp.float32)
-  mj = mujoco.MjModel.from_xml_string(xml)
-  md = mujoco.MjData(mj)
   qs = _poses(24, 0)
   d = _contacts(m)(jnp.asarray(qs, jnp.float32))
   assert d.contact_dist.dtype == jnp.float32
-  found = 0
-  for i, q in enumerate(qs):
-    md.qpos[:] = q
-    mujoco.mj_forward(mj, md)
-    exist = np.asarray(d.contact_exist[i])
-    assert exist.sum() == md.ncon, (i, exist.sum(), md.ncon)
-    for k, c in zip(np.flatnonzero(exist), md.contact[:md.ncon]):
-      found += 1
-      np.testing.assert_allclose(d.contact_dist[i, k], c.dist, atol=1e-4, err_msg=f"pose {i}")
-      np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=1e-4, err_msg=f"pose {i}")
+  found, _ = _match(mujoco.MjModel.from_xml_string(xml), d, qs, "float32", dist_tol=1e-4,
+                    frame=False)
   assert found >= 12

@@ -261,6 +261,8 @@ _CASES = [
      17, "motor", "user", "nuser_actuator"),
     ("nuser_actuator", _act("<motor joint='j'/>", "<size nuser_actuator='-2'/>"), 1, "size",
      "nuser_actuator", ">= -1"),
+    ("nconmax", _act("<motor joint='j'/>", "<size nconmax='-2'/>"), 1, "size", "nconmax",
+     ">= -1"),
     # tendons
     ("tendon_empty", _ten("<fixed/>"), 13, "fixed", None, "cannot be empty"),
     ("tendon_one_site", _ten("<spatial>\n<site site='s'/>\n</spatial>"), 13, "spatial", None,

@@ -7,6 +7,13 @@ GJK/EPA pairs of ``flexor.collision_convex`` all share one), so compile time gro
 number of type pairs, not of geom pairs. A slot whose contact the narrow phase does not produce
 has ``contact_exist`` False.
 
+Large scenes have two knobs. MJX's ``max_geom_pairs`` (a ``<custom><numeric>``) is a broad phase:
+each type pair's kernel runs on that many candidates, those whose bounding spheres (geom_rbound
+and the pair's margin) are nearest; pairs in reach beyond it are counted in
+``ncollision_dropped``. ``<size nconmax>`` compacts the contacts into fewer Data slots (see
+``flexor.mjcf.constraint_rows``), so the solver's rows are those of contacts that can exist at
+once; contacts beyond it are counted in ``ncon_dropped``.
+
 Contact parameters follow ``mj_contactParam``: an explicit ``<pair>`` brings its own; otherwise
 the geom of higher priority decides, and at equal priority condim and friction are the maxima,
 solref and solimp are mixed by solmix (direct-form solref: the minima), margins and gaps add.
@@ -14,14 +21,18 @@ solref and solimp are mixed by solmix (direct-form solref: the minima), margins 
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import collision_convex, collision_primitive
+from flexor import collision_convex, collision_primitive, math
+from flexor.mjcf import constraint_rows
 from flexor.types import ContactGradient, Data, DisableBit, EnableBit, GeomType, Model
 
 _MINMU = 1e-5  # mjMINMU: smallest friction coefficient
+_UNBOUNDED = (GeomType.PLANE, GeomType.HFIELD)
 
 
 def _mix(m: Model, g1: np.ndarray, g2: np.ndarray) -> dict[str, jax.Array]:
@@ -182,11 +193,16 @@ def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
       face_quad=jnp.asarray(quad))
 
 
-def _convex(m: Model, g1: np.ndarray, g2: np.ndarray, args: tuple[jax.Array, ...]
-            ) -> collision_primitive.Contacts:
-  """Contacts of the convex (GJK/EPA) pairs (g1, g2) (n,), all in one kernel; ``args`` as
-  ``collision_primitive``'s colliders take them."""
+def _kernel(m: Model, g1: np.ndarray, g2: np.ndarray, args: tuple[jax.Array, ...]
+            ) -> tuple[Callable[..., collision_primitive.Contacts], tuple[Any, ...]]:
+  """The narrow phase of one group of candidates (g1, g2) (n,): its batched collider and the
+  inputs it takes, each with leading axis n. ``args`` as ``collision_primitive``'s colliders
+  take them; the GJK/EPA pairs (``collision_convex``) all share one kernel."""
   t1, t2 = m.geom_type[g1], m.geom_type[g2]
+  key = (int(t1[0]), int(t2[0]))
+  if key not in collision_convex.PAIRS:
+    hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
+    return jax.vmap(collision_primitive.COLLIDERS[key]), (*args, *hull)
   collide = collision_convex.make_collider((set(t1.tolist()), set(t2.tolist())),
                                            m.opt.ccd_iterations)
   verts = []
@@ -199,8 +215,19 @@ def _convex(m: Model, g1: np.ndarray, g2: np.ndarray, args: tuple[jax.Array, ...
     verts.append(jnp.zeros((len(g),) + hull.shape[1:], hull.dtype).at[mesh].set(hull))
   tol = jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),))
   xpos1, xmat1, size1, xpos2, xmat2, size2, margin = args
-  return jax.vmap(collide)(jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2, xmat2,
-                           size2, margin, *verts, tol)
+  return jax.vmap(collide), (jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2,
+                             xmat2, size2, margin, *verts, tol)
+
+
+def _nearest(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, reach: jax.Array
+             ) -> tuple[jax.Array, jax.Array]:
+  """MJX's max_geom_pairs broad phase: the candidates (g1, g2) (n,) whose bounding spheres
+  (geom_rbound, grown by ``reach``) are nearest, max_geom_pairs of them (k,), and how many more
+  within reach had to be left out."""
+  gap = (math.safe_norm(d.geom_xpos[g1] - d.geom_xpos[g2], axis=-1)
+         - m.geom_rbound[g1] - m.geom_rbound[g2] - reach)
+  _, take = jax.lax.top_k(-gap, m.max_geom_pairs)
+  return take, jnp.maximum(jnp.sum(gap <= 0).astype(jnp.int32) - m.max_geom_pairs, 0)
 
 
 def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
@@ -217,7 +244,7 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
     return d
   with jax.named_scope("collision"):
     dtype = d.qpos.dtype
-    n = m.nconmax
+    n = m.nconslot
     geom = m.collision_geom
     types = m.geom_type[geom]
     params = _pair_params(m)
@@ -233,19 +260,24 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
               for a, b in sorted({tuple(t) for t in types[~convex].tolist()})]
     if convex.any():
       groups.append(np.flatnonzero(convex))
+    skipped = jnp.zeros((), jnp.int32)
     for cands in groups:
       g1, g2 = geom[cands, 0], geom[cands, 1]
       args = (d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
               d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands])
-      key = tuple(types[cands[0]])
-      if convex[cands[0]]:
-        c_dist, c_pos, c_frame, c_exist = _convex(m, g1, g2, args)
-      else:
-        hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
-        collide = collision_primitive.COLLIDERS[key]
-        c_dist, c_pos, c_frame, c_exist = jax.vmap(collide)(*args, *hull)
+      collide, inputs = _kernel(m, g1, g2, args)
+      conadr = m.collision_conadr[cands]
+      # a plane's or height field's bounding sphere is unbounded: those pairs always run
+      if 0 <= m.max_geom_pairs < len(cands) and not np.isin(types[cands[0]], _UNBOUNDED).any():
+        take, left_out = _nearest(m, d, g1, g2, reach[cands])
+        skipped = skipped + left_out
+        if not m.max_geom_pairs:
+          continue
+        inputs = jax.tree.map(lambda x: x[take], inputs)
+        conadr = jnp.asarray(conadr)[take]
+      c_dist, c_pos, c_frame, c_exist = collide(*inputs)
       k = c_dist.shape[1]
-      slots = (m.collision_conadr[cands][:, None] + np.arange(k)).reshape(-1)
+      slots = (conadr[:, None] + np.arange(k)[None, :]).reshape(-1)
       dist = dist.at[slots].set(c_dist.reshape(-1))
       pos = pos.at[slots].set(c_pos.reshape(-1, 3))
       frame = frame.at[slots].set(c_frame.reshape(-1, 3, 3))
@@ -260,10 +292,47 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
       tc = m.opt.contact_gradient_timeconst
       weak = jnp.stack([tc, jnp.ones_like(tc)])[None, :]
       per_slot["solref"] = jnp.where(beyond[:, None], weak, per_slot["solref"])
-    return d.replace(
-        ncon=jnp.sum(exist).astype(jnp.int32), contact_exist=exist, contact_dist=dist,
-        contact_pos=pos, contact_frame=frame, contact_includemargin=per_slot["margin"],
-        contact_friction=per_slot["friction"], contact_solref=per_slot["solref"],
-        contact_solreffriction=per_slot["solreffriction"], contact_solimp=per_slot["solimp"],
-        contact_dim=jnp.asarray(m.collision_dim[owner]),
-        contact_geom=jnp.asarray(geom[owner].reshape(-1, 2)))
+    fields = dict(contact_exist=exist, contact_dist=dist, contact_pos=pos, contact_frame=frame,
+                  contact_includemargin=per_slot["margin"],
+                  contact_friction=per_slot["friction"], contact_solref=per_slot["solref"],
+                  contact_solreffriction=per_slot["solreffriction"],
+                  contact_solimp=per_slot["solimp"],
+                  contact_dim=jnp.asarray(m.collision_dim[owner]),
+                  contact_geom=jnp.asarray(geom[owner].reshape(-1, 2)))
+    fields, dropped = _compact(m, fields)
+    return d.replace(ncon=jnp.sum(fields["contact_exist"]).astype(jnp.int32),
+                     ncon_dropped=dropped, ncollision_dropped=skipped, **fields)
+
+
+def _groups(m: Model) -> list[constraint_rows.ContactGroup] | None:
+  return constraint_rows.contact_groups(m.collision_dim, m.collision_connum, m.size_nconmax)
+
+
+def _compact(m: Model, fields: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], jax.Array]:
+  """The contact_* ``fields`` of the narrow-phase slots (nconslot, ...) in Data's slots
+  (nconmax, ...): each condim's existing contacts in order, as many as its group holds; and the
+  number of contacts left out."""
+  groups = _groups(m)
+  if groups is None:
+    return fields, jnp.zeros((), jnp.int32)
+  exist = fields["contact_exist"]
+  picks, dropped = [], jnp.zeros((), jnp.int32)
+  for g in groups:
+    mine = exist[g.slots]
+    # the g.size first existing slots; a group with fewer fills up with its last slot, unused
+    (first,) = jnp.nonzero(mine, size=g.size, fill_value=len(g.slots) - 1)
+    picks.append(jnp.asarray(g.slots)[first])
+    dropped = dropped + jnp.maximum(jnp.sum(mine).astype(jnp.int32) - g.size, 0)
+  out = {name: value[jnp.concatenate(picks)] for name, value in fields.items()}
+  held = np.concatenate([np.arange(g.size) for g in groups])
+  found = jnp.concatenate([jnp.broadcast_to(jnp.sum(exist[g.slots]), (g.size,)) for g in groups])
+  out["contact_exist"] = out["contact_exist"] & (held < found)
+  return out, dropped
+
+
+def slot_geom(m: Model, d: Data) -> np.ndarray | jax.Array:
+  """The geom pair of each of Data's contact slots (nconmax, 2): static where each slot belongs
+  to one candidate pair, else ``d.contact_geom``."""
+  if _groups(m) is None:
+    return m.collision_geom[np.repeat(np.arange(m.ncollision), m.collision_connum)]
+  return d.contact_geom

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import kinematics, math
+from flexor import collision, kinematics, math
 from flexor.types import ConstraintType, Data, DisableBit, EqType, JointType, Model, ObjType
 
 _MINIMP, _MAXIMP = 0.0001, 0.9999   # MuJoCo's mjMINIMP, mjMAXIMP
@@ -114,6 +114,14 @@ def _tendon_limit_rows(m: Model, d: Data, rows: np.ndarray):
           m.tendon_solimp_lim[ten], m.tendon_invweight0[ten])
 
 
+def slot_bodies(m: Model, d: Data) -> tuple[np.ndarray | jax.Array, np.ndarray | jax.Array]:
+  """The bodies of geom 1 and geom 2 of each contact slot (nconmax,), static where the slots'
+  pairs are."""
+  geom = collision.slot_geom(m, d)
+  table = m.geom_bodyid if isinstance(geom, np.ndarray) else jnp.asarray(m.geom_bodyid)
+  return table[geom[:, 0]], table[geom[:, 1]]
+
+
 def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   """Rows of contacts: frictionless, pyramidal edges or elliptic components.
 
@@ -123,9 +131,7 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   """
   slot, sub = m.efc_rowid[rows], m.efc_rowsub[rows]
   kind = m.efc_rowtype[rows]
-  geom = m.collision_geom[np.repeat(np.arange(m.ncollision), m.collision_connum)]
-  dim = np.repeat(m.collision_dim, m.collision_connum)
-  body1, body2 = m.geom_bodyid[geom[:, 0]], m.geom_bodyid[geom[:, 1]]
+  body1, body2 = slot_bodies(m, d)
   used = np.unique(slot)
   pos = d.contact_pos[used]
   jacp1, jacr1 = kinematics.jac(m, d, pos, body1[used])

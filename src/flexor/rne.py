@@ -88,15 +88,14 @@ def contact_force(m: Model, d: Data) -> jax.Array:
 def _contact_cfrc_ext(m: Model, d: Data) -> jax.Array:
   """Contact forces on bodies (nbody, 6), com-based (torque, force): geom 2's body receives the
   contact force at the contact point, geom 1's body its opposite."""
-  geom = m.collision_geom[np.repeat(np.arange(m.ncollision), m.collision_connum)]
+  bodies = constraint.slot_bodies(m, d)
   local = contact_force(m, d)
   frame = d.contact_frame
   force = jnp.einsum("nji,nj->ni", frame, local[:, :3])
   torque = jnp.einsum("nji,nj->ni", frame, local[:, 3:])
   out = jnp.zeros((m.nbody, 6), dtype=force.dtype)
-  for side, sign in ((0, -1.0), (1, 1.0)):
-    body = m.geom_bodyid[geom[:, side]]
-    arm = d.contact_pos - d.subtree_com[m.body_rootid[body]]
+  for body, sign in zip(bodies, (-1.0, 1.0)):
+    arm = d.contact_pos - d.subtree_com[jnp.asarray(m.body_rootid)[body]]
     wrench = jnp.concatenate([torque + math.cross(arm, force), force], axis=-1)
     out = out.at[body].add(sign * wrench)
   return out

@@ -331,12 +331,11 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   out = jnp.zeros(len(ids), dtype=d.qvel.dtype)
   if not m.nconmax:
     return out[:, None]
-  geom = m.collision_geom[np.repeat(np.arange(m.ncollision), m.collision_connum)]
-  body1, body2 = m.geom_bodyid[geom[:, 0]], m.geom_bodyid[geom[:, 1]]    # (nconmax,)
+  body1, body2 = constraint.slot_bodies(m, d)                            # (nconmax,)
   body = m.site_bodyid[site][:, None]
   on1, on2 = body == body1[None, :], body == body2[None, :]              # (n, nconmax)
   normal = contact_force(m, d)[:, 0]
-  away = np.where(on2, -1.0, 1.0).astype(d.qpos.dtype)                   # no float64 promotion
+  away = jnp.where(on2, -1.0, 1.0).astype(d.qpos.dtype)                  # no float64 promotion
   ray = d.contact_frame[None, :, 0] * away[..., None]                      # (n, nconmax, 3)
   mat = d.site_xmat[site]
   pnt = jnp.einsum("nji,nkj->nki", mat, d.contact_pos[None] - d.site_xpos[site][:, None])

@@ -544,7 +544,10 @@ class Model(_Node):
   nsensor: int
   nsensordata: int              # sum of sensor_dim
   ncollision: int               # candidate geom pairs for the narrow phase (static, see below)
-  nconmax: int                  # contact slots: every contact the candidate pairs can make
+  nconslot: int                 # narrow-phase contact slots: every contact the candidates can make
+  nconmax: int                  # Data's contact slots: nconslot, or <= size_nconmax per condim
+  size_nconmax: int             # <size nconmax>: the most contacts of one condim (-1: no limit)
+  max_geom_pairs: int           # MJX's numeric max_geom_pairs: narrow-phase runs per type pair
   njmax: int                    # constraint rows: every row the model can activate
   opt: Option
 
@@ -776,8 +779,8 @@ class Model(_Node):
   collision_geom: np.ndarray = _field("ncollision", 2, fill=-1, derived=True)
   collision_pairid: np.ndarray = _field("ncollision", fill=-1, derived=True)
   collision_dim: np.ndarray = _field("ncollision", fill=3, derived=True)    # condim
-  collision_conadr: np.ndarray = _field("ncollision", fill=0, derived=True)  # first contact slot
-  collision_connum: np.ndarray = _field("ncollision", fill=0, derived=True)  # contact slots
+  collision_conadr: np.ndarray = _field("ncollision", fill=0, derived=True)  # its first slot
+  collision_connum: np.ndarray = _field("ncollision", fill=0, derived=True)  # narrow-phase slots
 
   # constraint rows (static, derived by flexor.mjcf.constraint_rows): each row's mjtConstraint,
   # element id (equality, dof, joint, tendon or contact slot) and index within its element
@@ -910,9 +913,12 @@ class Data:
   qacc_smooth: jax.Array = _field("nv", fill=0.0)
   qfrc_constraint: jax.Array = _field("nv", fill=0.0)
   qfrc_inverse: jax.Array = _field("nv", fill=0.0)
-  # contacts: one slot per contact a candidate pair can make (Model.nconmax, static layout, see
-  # flexor.collision); contact_exist marks the slots holding a contact (MuJoCo's first ncon)
+  # contacts: one slot per contact a candidate pair can make, or per condim compacted to
+  # <size nconmax> (Model.nconmax, see flexor.collision); contact_exist marks the slots holding a
+  # contact (MuJoCo's first ncon)
   ncon: jax.Array = _field(None, fill=0)              # int: contacts found
+  ncon_dropped: jax.Array = _field(None, fill=0)      # int: contacts left out, nconmax being full
+  ncollision_dropped: jax.Array = _field(None, fill=0)  # int: pairs in reach past max_geom_pairs
   contact_exist: jax.Array = _field("nconmax", fill=False)
   contact_dist: jax.Array = _field("nconmax", fill=0.0)   # m, negative in penetration
   contact_pos: jax.Array = _field("nconmax", 3, fill=0.0)

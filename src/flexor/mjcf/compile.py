@@ -30,7 +30,7 @@ from flexor.mjcf.compile_sensor import compile_sensors
 from flexor.mjcf.compile_tendon import compile_tendons
 from flexor.mjcf.defaults import ACTUATOR_TAGS, Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
-from flexor.mjcf.values import Names, Reader
+from flexor.mjcf.values import Names, Reader, max_geom_pairs, size_nconmax
 from flexor.types import DisableBit, EnableBit, GeomType, JointType, Model
 
 _INTEGRATORS = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
@@ -381,6 +381,8 @@ def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str,
   check_moving_mass(source, tree)
   nu = int(np.sum(fields.get("actuator_ctrlnum", 0)))
   fields.update(_keyframes(source, fields, nu, int(np.sum(fields.get("actuator_actnum", 0)))))
+  fields["size_nconmax"] = size_nconmax(source)
+  fields["max_geom_pairs"] = max_geom_pairs(source)
   pending = dict(springdamper=np.array(tree.springdamper, dtype=np.float64).reshape(-1, 2),
                  lengthrange=_lengthrange_options(source),
                  actuator_elements=[element for section in source.sections("actuator")

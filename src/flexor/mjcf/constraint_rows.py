@@ -6,11 +6,18 @@ MuJoCo's order (equality, friction loss, limits, contacts), and the simulation m
 ones (``Data.efc_active``). Which elements can produce rows is known from the model's structure,
 with one exception decided from compile-time values: a dof or tendon gets a friction-loss row
 only if its ``frictionloss`` is positive here (as MuJoCo, which skips zero friction loss).
+
+Contacts: the narrow phase writes every contact a candidate pair can make into its own slot
+(``nconslot`` of them). Without ``<size nconmax>`` those are Data's contact slots, each with its
+rows. With it, the contacts of each condim are compacted in order into at most nconmax slots
+(``contact_groups``), so a large scene's solver sees rows for the contacts that can exist at
+once, not for every pair. MuJoCo's order is kept within each condim, and so overall where all
+contacts share one condim (the usual case).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,6 +44,37 @@ def contact_rows(dim: int, cone: int) -> int:
   return 2 * (dim - 1) if cone == ConeType.PYRAMIDAL else dim
 
 
+class ContactGroup(NamedTuple):
+  """The Data contact slots [start, start + size) of one condim, filled in order from the
+  narrow-phase slots ``slots`` (n,) of that condim."""
+  dim: int
+  start: int
+  size: int
+  slots: np.ndarray
+
+
+def contact_groups(dims: np.ndarray, connum: np.ndarray, cap: int) -> list[ContactGroup] | None:
+  """How Data's contact slots are filled: None where each narrow-phase slot is its own Data slot
+  (no ``<size nconmax>``, ``cap`` < 0, or no condim with more slots than ``cap``), else one group
+  per condim, ascending, of at most ``cap`` slots.
+
+  Args:
+    dims: condim of each candidate pair (ncollision,).
+    connum: narrow-phase slots of each candidate pair (ncollision,).
+    cap: ``<size nconmax>`` (-1: none).
+  """
+  slot_dim = np.repeat(np.asarray(dims), np.asarray(connum))
+  kinds, counts = np.unique(slot_dim, return_counts=True)
+  if cap < 0 or not np.any(counts > cap):
+    return None
+  groups, start = [], 0
+  for dim, count in zip(kinds.tolist(), counts.tolist()):
+    size = min(count, cap)
+    groups.append(ContactGroup(dim, start, size, np.flatnonzero(slot_dim == dim)))
+    start += size
+  return groups
+
+
 def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
   """The contact slot and constraint row tables of Model (see its field comments) and njmax.
 
@@ -50,6 +88,12 @@ def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
                     dtype=np.int32)
   conadr = (np.cumsum(connum) - connum).astype(np.int32)
   dims = contact_dims(f)
+  cap = int(f.get("size_nconmax", -1))
+  groups = contact_groups(dims, connum, cap)
+  if groups is None:
+    slot_dim = np.repeat(dims, connum)
+  else:
+    slot_dim = np.concatenate([np.full(g.size, g.dim) for g in groups])
 
   rows: list[tuple[int, int, int]] = []
   eq_size = {EqType.CONNECT: 3, EqType.WELD: 6, EqType.JOINT: 1, EqType.TENDON: 1}
@@ -68,14 +112,13 @@ def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
       rows.append((ConstraintType.LIMIT_JOINT, i, 0))
   for i in np.flatnonzero(np.asarray(f["tendon_limited"])):
     rows += [(ConstraintType.LIMIT_TENDON, i, 0), (ConstraintType.LIMIT_TENDON, i, 1)]
-  for c in range(len(geom)):
-    dim = int(dims[c])
+  for slot, dim in enumerate(slot_dim.tolist()):
     kind = (ConstraintType.CONTACT_FRICTIONLESS if dim == 1 else
             ConstraintType.CONTACT_PYRAMIDAL if opt.cone == ConeType.PYRAMIDAL else
             ConstraintType.CONTACT_ELLIPTIC)
-    for slot in range(conadr[c], conadr[c] + connum[c]):
-      rows += [(kind, slot, k) for k in range(contact_rows(dim, opt.cone))]
+    rows += [(kind, slot, k) for k in range(contact_rows(dim, opt.cone))]
   table = np.array(rows, dtype=np.int32).reshape(-1, 3)
   return dict(collision_dim=dims, collision_conadr=conadr, collision_connum=connum,
-              nconmax=int(connum.sum()), njmax=len(table), efc_rowtype=table[:, 0],
-              efc_rowid=table[:, 1], efc_rowsub=table[:, 2])
+              nconslot=int(connum.sum()), nconmax=len(slot_dim), size_nconmax=cap,
+              njmax=len(table), efc_rowtype=table[:, 0], efc_rowid=table[:, 1],
+              efc_rowsub=table[:, 2])

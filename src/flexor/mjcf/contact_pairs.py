@@ -4,8 +4,9 @@ MuJoCo filters geom pairs at every step (``mj_collision``): explicit ``<pair>`` 
 every pair of geoms on different weld bodies that passes the parent-child, ``<exclude>`` and
 contype/conaffinity filters. All of these depend only on the model's structure, so flexor runs
 them here and the simulation sees a static list. What MuJoCo decides at run time (broad phase
-bounding volumes, the bounding-sphere test, sleeping bodies) is left to the narrow phase: every
-pair that passes the static filters is a candidate.
+bounding volumes, the bounding-sphere test, sleeping bodies) is left to the narrow phase, or to
+MJX's max_geom_pairs broad phase where a model sets it (``flexor.collision``): every pair that
+passes the static filters is a candidate.
 
 The candidates come in the order MuJoCo emits their contacts, so a driver that fills contact
 slots in candidate order and compacts the existing ones reproduces ``d.contact``'s order:

@@ -30,6 +30,10 @@ def from_mujoco(m: Any, dtype: Any = None, convex: bool = True) -> Model:
     if name == "tendon_lengthspring" and value.ndim == 1:
       value = value.reshape(-1, 2)
     fields[name] = value
+  fields["size_nconmax"] = m.nconmax
+  numeric = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_NUMERIC, "max_geom_pairs")
+  fields["max_geom_pairs"] = (max(int(m.numeric_data[m.numeric_adr[numeric]]), -1)
+                              if numeric >= 0 else -1)
   fields["key_mpos"] = fields["key_mpos"].reshape(m.nkey, m.nmocap, 3)
   fields["key_mquat"] = fields["key_mquat"].reshape(m.nkey, m.nmocap, 4)
   for kind, obj in (("body", mujoco.mjtObj.mjOBJ_BODY), ("jnt", mujoco.mjtObj.mjOBJ_JOINT),

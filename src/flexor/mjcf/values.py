@@ -171,6 +171,33 @@ def nuser(source: Source, kind: str) -> int:
   return n
 
 
+def size_nconmax(source: Source) -> int:
+  """``<size nconmax>``: the most contacts Data holds of one condim, -1 (MuJoCo's default) for
+  every contact the candidate pairs can make."""
+  n = -1
+  for size in source.sections("size"):
+    r = Reader(source, Attributes(size, ()))
+    value = r.int("nconmax")
+    if value is not None:
+      if value < -1:
+        raise r.error(f"must be >= -1, got {value}", "nconmax")
+      n = value
+  return n
+
+
+def max_geom_pairs(source: Source) -> int:
+  """``<custom><numeric name="max_geom_pairs" data="k"/>`` (MJX's convention, read as MJX reads
+  it: the first value, truncated): the narrow phase runs on at most k candidates of each
+  geom-type pair, those with the nearest bounding spheres; -1 (absent, or below 0) for all."""
+  n = -1
+  for section in source.sections("custom"):
+    for element in section:
+      if element.tag == "numeric" and element.get("name") == "max_geom_pairs":
+        data = Reader(source, Attributes(element, ())).floats("data")
+        n = int(data[0]) if data is not None else 0
+  return max(n, -1)
+
+
 def check_user(r: Reader, n: int, kind: str) -> None:
   """MuJoCo's check that an element's ``user`` values fit ``<size nuser_{kind}>``."""
   if n < 0 or not r.has("user"):
