@@ -30,6 +30,8 @@ def test_info_prints_sizes_tree_and_actuators(capsys):
   out = capsys.readouterr().out
   assert "arm.xml" in out
   assert "nq=14  nv=12  nu=3  nactuator=3  na=0  nbody=6  njnt=5  ngeom=5  nsite=2  ntendon=0" in out
+  assert re.search(r"contacts: \d+ candidate pairs, \d+ narrow-phase slots, \d+ contact slots "
+                   r"\(nconmax -1\), \d+ constraint rows, max_geom_pairs -1", out)
   # The tree is indented by depth, each body with its joints and their types.
   assert "\n    cart  [rail: slide]" in out
   assert "\n      upper_arm  [shoulder: ball]" in out

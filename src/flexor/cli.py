@@ -105,7 +105,8 @@ def _name(names: Sequence[str], i: int, kind: str) -> str:
 
 
 def info(model: str, out: TextIO) -> None:
-  """Prints sizes, the kinematic tree (bodies with their joints) and the actuators of MODEL."""
+  """Prints sizes (contact capacities included), the kinematic tree (bodies with their joints)
+  and the actuators of MODEL."""
   m = _load(model, "float32")
   print(f"model: {_resolve(model)}", file=out)
   sizes = ("nq", "nv", "nu", "nactuator", "na", "nbody", "njnt", "ngeom", "nsite", "ntendon")
@@ -114,6 +115,9 @@ def info(model: str, out: TextIO) -> None:
   print(f"timestep: {float(opt.timestep):g} s  "
         f"integrator: {IntegratorType(opt.integrator).name.lower()}  "
         f"gravity: ({', '.join(f'{g:g}' for g in np.asarray(opt.gravity))})", file=out)
+  print(f"contacts: {m.ncollision} candidate pairs, {m.nconslot} narrow-phase slots, "
+        f"{m.nconmax} contact slots (nconmax {m.size_nconmax}), {m.njmax} constraint rows, "
+        f"max_geom_pairs {m.max_geom_pairs}", file=out)
 
   print("kinematic tree:", file=out)
   children: dict[int, list[int]] = {}
