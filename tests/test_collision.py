@@ -301,16 +301,20 @@ BOXES_XML = """
     <geom type="plane" size="5 5 0.1"/>
     {boxes}
   </worldbody>
+  <sensor>{touch}</sensor>
 </mujoco>
 """.replace("{boxes}", "\n".join(
     f'<body pos="{0.3 * i} {0.1 * (i % 3)} {0.1 + 0.25 * i}"><freejoint/>'
-    f'<geom type="box" size="0.1 0.1 0.1"/></body>' for i in range(4)))
+    f'<geom type="box" size="0.1 0.1 0.1"/>'
+    f'<site name="bottom{i}" type="box" size="0.11 0.11 0.02" pos="0 0 -0.1"/></body>'
+    for i in range(4))).replace("{touch}", "".join(
+        f'<touch site="bottom{i}"/>' for i in range(4)))
 
 
 def test_nconmax_compacts_contacts_in_mujoco_order():
   """<size nconmax> holds Data's contacts to that many slots (rows follow): 4 boxes falling on
   a plane and onto each other (16 contacts at rest) in 20 slots instead of 64 keep MuJoCo's
-  trajectory, contacts and order."""
+  trajectory, contacts and order, touch sensors and contact wrenches."""
   xml = BOXES_XML.format(cap=20)
   m = flexor.load_mjcf_string(xml)
   assert (m.nconslot, m.nconmax, m.njmax) == (64, 20, 80)
@@ -322,10 +326,16 @@ def test_nconmax_compacts_contacts_in_mujoco_order():
     mujoco.mj_step(mj, md)
     d = step(m, d)
     assert relerr(d.qpos, md.qpos) < 1e-9, f"step {k}: qpos"
+  d = jax.jit(lambda m, d: flexor.rne.rne_postconstraint(m, flexor.forward(m, d)))(m, d)
+  mujoco.mj_forward(mj, md)
+  mujoco.mj_rnePostConstraint(mj, md)
   exist = np.asarray(d.contact_exist)
   assert exist.sum() == md.ncon == 16 and int(d.ncon_dropped) == 0
   np.testing.assert_array_equal(np.asarray(d.contact_geom)[exist], md.contact.geom)
   assert relerr(np.asarray(d.contact_pos)[exist], md.contact.pos) < GEOM_TOL
+  # what reads contacts through their (now traced) geoms: touch sensors and contact wrenches
+  assert relerr(d.sensordata, md.sensordata) < 1e-6 and np.min(md.sensordata) > 1.0
+  assert relerr(d.cfrc_ext, md.cfrc_ext) < 1e-6
 
 
 def test_nconmax_overflow_is_counted():
