@@ -316,18 +316,19 @@ def _compact(m: Model, fields: dict[str, jax.Array]) -> tuple[dict[str, jax.Arra
   if groups is None:
     return fields, jnp.zeros((), jnp.int32)
   exist = fields["contact_exist"]
-  picks, dropped = [], jnp.zeros((), jnp.int32)
+  picks, found = [], []
   for g in groups:
     mine = exist[g.slots]
     # the g.size first existing slots; a group with fewer fills up with its last slot, unused
     (first,) = jnp.nonzero(mine, size=g.size, fill_value=len(g.slots) - 1)
     picks.append(jnp.asarray(g.slots)[first])
-    dropped = dropped + jnp.maximum(jnp.sum(mine).astype(jnp.int32) - g.size, 0)
+    found.append(jnp.sum(mine).astype(jnp.int32))
   out = {name: value[jnp.concatenate(picks)] for name, value in fields.items()}
   held = np.concatenate([np.arange(g.size) for g in groups])
-  found = jnp.concatenate([jnp.broadcast_to(jnp.sum(exist[g.slots]), (g.size,)) for g in groups])
-  out["contact_exist"] = out["contact_exist"] & (held < found)
-  return out, dropped
+  count = jnp.concatenate([jnp.broadcast_to(n, (g.size,)) for n, g in zip(found, groups)])
+  out["contact_exist"] = out["contact_exist"] & (held < count)
+  sizes = np.array([g.size for g in groups], np.int32)
+  return out, jnp.sum(jnp.maximum(jnp.stack(found) - sizes, 0)).astype(jnp.int32)
 
 
 def slot_geom(m: Model, d: Data) -> np.ndarray | jax.Array:

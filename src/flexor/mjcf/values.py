@@ -157,32 +157,29 @@ def resolve_limited(r: Reader, autolimits: bool, flag: str, value: int, rng, ran
   return bool(rng[0] < rng[1])
 
 
-def nuser(source: Source, kind: str) -> int:
-  """``<size nuser_{kind}>``: the number of user values per element, -1 meaning "as many as the
-  longest ``user`` attribute" (MuJoCo's default)."""
+def _size_int(source: Source, name: str) -> int:
+  """An integer ``<size>`` attribute that MuJoCo bounds below by -1 (its default, -1 if absent)."""
   n = -1
   for size in source.sections("size"):
     r = Reader(source, Attributes(size, ()))
-    value = r.int(f"nuser_{kind}")
+    value = r.int(name)
     if value is not None:
       if value < -1:
-        raise r.error(f"must be >= -1, got {value}", f"nuser_{kind}")
+        raise r.error(f"must be >= -1, got {value}", name)
       n = value
   return n
+
+
+def nuser(source: Source, kind: str) -> int:
+  """``<size nuser_{kind}>``: the number of user values per element, -1 meaning "as many as the
+  longest ``user`` attribute" (MuJoCo's default)."""
+  return _size_int(source, f"nuser_{kind}")
 
 
 def size_nconmax(source: Source) -> int:
   """``<size nconmax>``: the most contacts Data holds of one condim, -1 (MuJoCo's default) for
   every contact the candidate pairs can make."""
-  n = -1
-  for size in source.sections("size"):
-    r = Reader(source, Attributes(size, ()))
-    value = r.int("nconmax")
-    if value is not None:
-      if value < -1:
-        raise r.error(f"must be >= -1, got {value}", "nconmax")
-      n = value
-  return n
+  return _size_int(source, "nconmax")
 
 
 def max_geom_pairs(source: Source) -> int:
