@@ -361,3 +361,55 @@ def test_rollout_gradient(wrt: str):
   numeric = (float(f(plus)) - float(f(minus))) / (2 * eps)
   assert np.isfinite(analytic)
   assert abs(analytic - numeric) <= 1e-6 * (1 + abs(numeric)), (wrt, analytic, numeric)
+
+
+ADHESION_XML = """
+<mujoco>
+  <size nconmax="{cap}"/>
+  <option timestep="0.005" cone="{cone}"/>
+  <worldbody>
+    <geom type="plane" size="5 5 0.1"/>
+    <body name="box" pos="0 0 0.055" euler="6 0 0">
+      <freejoint/>
+      <geom type="box" size="0.1 0.08 0.05" margin="0.005" gap="0.02"/>
+      <body pos="0.1 0 0">
+        <joint type="hinge" axis="0 1 0"/>
+        <geom type="sphere" size="0.03" pos="0.05 0 0" contype="0" conaffinity="0"/>
+      </body>
+    </body>
+    <body name="ball" pos="0.5 0 0.029"><freejoint/><geom type="sphere" size="0.03"/></body>
+  </worldbody>
+  <actuator>
+    <adhesion body="box" gain="5" ctrlrange="0 1"/>
+    <adhesion body="ball" gain="2" ctrlrange="0 1"/>
+  </actuator>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("cone,cap", [("pyramidal", "-1"), ("elliptic", "-1"),
+                                      ("pyramidal", "5")])
+def test_adhesion_moment_averages_contact_normals(cone: str, cap: str):
+  """Adhesion's moment is minus the mean normal Jacobian of the body's contacts, those in the gap
+  (margin + gap > dist >= margin: no constraint rows) included; with nconmax the contacts'
+  bodies are traced. Moments, forces and qacc against MuJoCo."""
+  xml = ADHESION_XML.format(cone=cone, cap=cap)
+  mj = mujoco.MjModel.from_xml_string(xml)
+  mj.opt.tolerance = 0.0
+  md = mujoco.MjData(mj)
+  md.ctrl[:] = [0.7, 0.4]
+  md.qvel[:] = 0.2 * np.random.default_rng(0).normal(size=mj.nv)
+  mujoco.mj_forward(mj, md)
+  excluded = sorted(c.exclude for c in md.contact)
+  assert excluded == [0, 0, 0, 1, 1]   # two box corners touch, two are in the gap
+  m = from_mujoco(mj)
+  assert (m.nconmax < m.nconslot) == (cap != "-1")
+  m = m.replace(opt=m.opt.replace(tolerance=jnp.asarray(1e-13)))
+  d = make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel),
+                           ctrl=jnp.asarray(md.ctrl))
+  d = jax.jit(forward)(m, d)
+  moment = _dense_moment(mj, md)
+  assert np.abs(moment).max() > 0.5
+  assert support.relerr(d.actuator_moment, moment) < 1e-12
+  assert support.relerr(d.qfrc_actuator, md.qfrc_actuator) < 1e-12
+  assert support.relerr(d.qacc, md.qacc) < 1e-9

@@ -327,6 +327,11 @@ _UNSUPPORTED = [
                              "<extension><plugin plugin='mujoco.pid'><instance name='p'>"
                              "<config key='kp' value='1'/></instance></plugin></extension>"),
      17, "plugin", "instance"),
+    ("geom_adhesion", "<mujoco><worldbody><geom size='1' adhesion='0.5'/></worldbody></mujoco>",
+     1, "geom", "adhesion"),
+    ("pair_adhesion", "<mujoco><worldbody><geom name='a' size='1'/><body><freejoint/>"
+     "<geom name='b' size='1'/></body></worldbody><contact><pair geom1='a' geom2='b' "
+     "adhesion='1'/></contact></mujoco>", 1, "pair", "adhesion"),
 ]
 
 
@@ -530,8 +535,6 @@ def test_unsupported_feature(tmp_path, xml, line, element, attribute):
     pytest.param(_act("<position site='s' kp='10'/>"), "site", "refsite", id="position_on_site"),
     pytest.param(_act("<intvelocity joint='j' kp='10'/>"), "actrange", "actrange",
                  id="intvelocity_unbounded"),
-    pytest.param("<mujoco><option noslip_iterations='3'/><worldbody/></mujoco>",
-                 "noslip_iterations", "noslip", id="noslip"),
 ])
 def test_misbehaving_models_warn(xml, attribute, word):
   """Models MuJoCo accepts but that will not do what they seem to: loaded, with a warning."""

@@ -8,7 +8,8 @@ Stages, as in MuJoCo's ``engine_forward.c``:
   rne_bias;
 * ``fwd_actuation``: act_dot, actuator_force, qfrc_actuator;
 * ``fwd_acceleration``: qfrc_smooth and qacc_smooth;
-* ``fwd_constraint``: qacc, qfrc_constraint and the constraint forces (``flexor.solver``);
+* ``fwd_constraint``: qacc, qfrc_constraint and the constraint forces (``flexor.solver``, then
+  ``flexor.noslip`` where opt.noslip_iterations is set);
 
 with the sensors of each stage (``flexor.sensor``) after fwd_position, fwd_velocity and
 fwd_constraint, as mj_forward calls mj_sensorPos/Vel/Acc; and ``inverse`` runs the first two,
@@ -20,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flexor import actuation, collision, constraint, kinematics, solver, transmission
+from flexor import actuation, collision, constraint, kinematics, noslip, solver, transmission
 from flexor.crb import armature, crb, factor_m, solve_m, tendon_bias
 from flexor.passive import passive
 from flexor.rne import rne, rne_bias
@@ -85,6 +86,8 @@ def fwd_constraint(m: Model, d: Data) -> Data:
   with jax.named_scope("fwd_constraint"):
     if m.njmax and not m.opt.disabled(DisableBit.CONSTRAINT):
       d = solver.solve(m, d)
+      if m.opt.noslip_iterations:
+        d = noslip.noslip(m, d)
       if m.opt.contact_gradient == ContactGradient.DISTANCE and m.nconmax:
         d = contacts_from_distance(m, d)
     else:

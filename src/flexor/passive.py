@@ -27,7 +27,7 @@ zeroes ``qfrc_damper``, both together zero every passive force (gravity compensa
 included), and ``DisableBit.GRAVITY`` zeroes ``qfrc_gravcomp``.
 
 Fluid forces (inertia-box and ellipsoid models) are in ``flexor.fluid``. Not modelled: flex
-elasticity, passive contact and adhesion forces (flexor has no flexes and no contacts yet).
+elasticity, and MuJoCo 4.0's passive contact and adhesion forces.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ output's row of ``actuator_gear``:
   refsite; dofs both frames share do not move the one relative to the other and are cleared;
 * slider-crank: the slider position along its axis, a'v - sqrt((a'v)^2 + r^2 - v'v), or a'v
   where the rod cannot reach, times gear[0];
-* body (adhesion): length 0; the moment averages the normal Jacobians of the body's contacts,
-  zero until the contact stage provides contacts;
+* body (adhesion): length 0; the moment is minus the mean of the normal Jacobians of the
+  body's contacts;
 * SO3: three outputs, the rotation vector of a ball joint (identity moment rows) or of a site
   relative to a refsite (moment rows: the relative rotational Jacobian projected on the site's
   axes).
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import kinematics, math
+from flexor import constraint, kinematics, math
 from flexor.types import Data, DisableBit, JointType, Model, TrnType
 
 
@@ -159,7 +159,7 @@ def transmission(m: Model, d: Data) -> Data:
     act = _group(m, (TrnType.BODY,))
     if act.size:
       parts.append((outadr[act], jnp.zeros(act.size, dtype=dtype),
-                    jnp.zeros((act.size, m.nv), dtype=dtype)))
+                    _adhesion(m, d, trnid0[act])))
 
     act = _group(m, (TrnType.SO3,), refsite=False)
     if act.size:
@@ -178,6 +178,31 @@ def transmission(m: Model, d: Data) -> Data:
       length = length.at[rows].set(part_length)
       moment = moment.at[rows].set(part_moment)
   return d.replace(actuator_length=length, actuator_moment=moment)
+
+
+def _adhesion(m: Model, d: Data, body: np.ndarray) -> jax.Array:
+  """Moment rows (n, nv) of body transmissions on ``body`` (n,): minus the mean, over the
+  contacts of the body (those in the gap between margin and includemargin too), of the
+  Jacobian of the contact's normal velocity (mj_transmission's mjTRN_BODY; with pyramidal cones
+  MuJoCo averages the edge rows, whose mean is that Jacobian)."""
+  if not m.nconmax:
+    return jnp.zeros((len(body), m.nv), d.qpos.dtype)
+  body1, body2 = constraint.slot_bodies(m, d)
+  if isinstance(body1, np.ndarray):
+    # static slots: only those whose geoms can belong to the bodies
+    slots = np.flatnonzero(np.isin(body1, body) | np.isin(body2, body))
+  else:
+    slots = np.arange(m.nconmax)
+  if not slots.size:
+    return jnp.zeros((len(body), m.nv), d.qpos.dtype)
+  body1, body2, pos = body1[slots], body2[slots], d.contact_pos[slots]
+  jac1, _ = kinematics.jac(m, d, pos, body1)
+  jac2, _ = kinematics.jac(m, d, pos, body2)
+  normal = jnp.einsum("sj,svj->sv", d.contact_frame[slots, 0], jac2 - jac1)    # (nslot, nv)
+  touches = d.contact_exist[slots][None, :] & ((body1[None, :] == body[:, None])
+                                               | (body2[None, :] == body[:, None]))
+  count = jnp.sum(touches, axis=1)
+  return -(touches.astype(normal.dtype) @ normal) / jnp.maximum(count, 1)[:, None]
 
 
 def _slider_crank(m: Model, d: Data, act: np.ndarray, gear: jax.Array):

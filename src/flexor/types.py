@@ -449,6 +449,7 @@ class Option(_Node):
   viscosity: jax.Array         # () Pa s, medium viscosity
   impratio: jax.Array          # ()
   tolerance: jax.Array         # ()
+  noslip_tolerance: jax.Array  # ()
   ccd_tolerance: jax.Array     # () m, GJK/EPA's convergence tolerance
   o_margin: jax.Array          # ()
   o_solref: jax.Array          # (2,)

@@ -14,7 +14,6 @@ returns what that pass needs besides the Model.
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 import numpy as np
@@ -90,7 +89,8 @@ def _option(source: Source, dtype: Any):
     for name, n in (("gravity", 3), ("wind", 3), ("magnetic", 3)):
       if r.has(name):
         values[name] = r.floats(name, n)
-    for name in ("density", "viscosity", "impratio", "tolerance", "ccd_tolerance", "o_margin"):
+    for name in ("density", "viscosity", "impratio", "tolerance", "noslip_tolerance",
+                 "ccd_tolerance", "o_margin"):
       if r.has(name):
         values[name] = r.float(name)
     if values.get("impratio", 1.0) <= 0:
@@ -108,12 +108,6 @@ def _option(source: Source, dtype: Any):
       if r.has(name):
         values[name] = r.int(name)
         r.positive(name, values[name])
-    if values.get("noslip_iterations", 0) > 0:
-      # MuJoCo's noslip pass refines friction forces after the main solve; without it the
-      # Newton solution stands, so the model loads and slips as it would without the option
-      warnings.warn(str(r.error("the noslip solver is not supported by flexor yet: the main "
-                                "solver's forces are used without it", "noslip_iterations")),
-                    stacklevel=2)
     groups = r.ints("actuatorgroupdisable")
     if groups is not None:
       for group in groups:

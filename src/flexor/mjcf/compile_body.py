@@ -398,6 +398,8 @@ class TreeCompiler:
     condim = r.int("condim", 3)
     if condim not in (1, 3, 4, 6):
       raise r.error(f"condim must be 1, 3, 4 or 6, got {condim}", "condim")
+    if r.float("adhesion", 0.0):
+      raise r.error("contact adhesion is not supported by flexor yet", "adhesion")
     values = dict(
         type=int(gtype), contype=r.int("contype", 1), conaffinity=r.int("conaffinity", 1),
         condim=condim, bodyid=bodyid, dataid=dataid, group=r.int("group", 0),

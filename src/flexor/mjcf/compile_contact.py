@@ -44,6 +44,8 @@ def _pair(r: Reader, geom_names: Names, geom_bodyid: np.ndarray) -> dict[str, An
   condim = r.int("condim", 3)
   if condim not in _CONDIMS:
     raise r.error(f"invalid condim {condim} in contact pair; expected 1, 3, 4 or 6", "condim")
+  if r.float("adhesion", 0.0):
+    raise r.error("contact adhesion is not supported by flexor yet", "adhesion")
   g1, g2 = geom_names(r, "geom1"), geom_names(r, "geom2")
   if geom_bodyid[g1] > geom_bodyid[g2]:
     g1, g2 = g2, g1
