@@ -82,7 +82,8 @@ def _islands(m: Model, J: jax.Array, active: jax.Array) -> tuple[jax.Array, jax.
   if m.opt.disabled(DisableBit.ISLAND) or m.nv == 0:
     return jnp.zeros(m.njmax, jnp.int32), jnp.zeros(m.nv, jnp.int32), 1
   roots, dof_tree = np.unique(m.body_rootid[m.dof_bodyid], return_inverse=True)
-  touches = (jnp.abs(jax.lax.stop_gradient(J)) > 0) @ jax.nn.one_hot(dof_tree, len(roots)) > 0
+  nonzero = (jnp.abs(jax.lax.stop_gradient(J)) > 0).astype(J.dtype)
+  touches = nonzero @ jax.nn.one_hot(dof_tree, len(roots), dtype=J.dtype) > 0
   touches = touches & active[:, None]
   big = len(roots)
 
