@@ -16,13 +16,16 @@ order:
 MuJoCo runs noslip per constraint island and stops an island's sweeps once its scaled
 improvement falls under ``opt.noslip_tolerance``; flexor finds the islands (kinematic trees
 joined by rows) and stops each one the same way, so the forces agree at any iteration count.
-Afterwards qacc = qacc_smooth + M^-1 J' efc_force and efc_state is the dual state
+MuJoCo 4 scales an island's improvement by the trace of its mass matrix (3.x used
+``meaninertia * nv`` for all). Afterwards qacc = qacc_smooth + M^-1 J' efc_force and efc_state is the dual state
 (``mj_dualFinish``, ``dualState``).
 
 Speed: a sweep is a ``lax.scan`` over static blocks of at most 5 rows whose carry is the
 acceleration qacc(f) = qacc_smooth + M^-1 J' f, so a block's residual J_b qacc - aref_b costs
-O(5 nv) and reverse mode stores one nv-vector per block, not the force vector. The sweeps are
-unrolled, so derivatives are exact for the iterations run.
+O(5 nv) and reverse mode stores one nv-vector per block, not the force vector. Blocks of empty
+contact slots and of converged islands take a ``lax.cond`` branch that does nothing (under
+``vmap`` both branches run). The sweeps are unrolled, so derivatives are exact for the
+iterations run.
 """
 
 from __future__ import annotations
