@@ -7,9 +7,11 @@ import glob
 import os
 from typing import Any
 
+import jax
 import mujoco
 import numpy as np
 
+import flexor
 from flexor import examples
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,3 +114,39 @@ def float64_values(jaxpr: Any) -> list[str]:
         if hasattr(inner, "eqns"):
           found += float64_values(inner)
   return found
+
+
+def batched_collision(m: flexor.Model):
+  """jit(vmap(qpos -> Data after kinematics and collision))."""
+  def run(qpos):
+    d = flexor.kinematics.kinematics(m, flexor.make_data(m).replace(qpos=qpos))
+    return flexor.collision.collision(m, d)
+  return jax.jit(jax.vmap(run))
+
+
+def match_contacts(mj: mujoco.MjModel, d: flexor.Data, qs: np.ndarray, what: str,
+                   dist_tol: float = 1e-8, geom_tol: float = 1e-4, frame: bool = True
+                   ) -> list[tuple[np.ndarray, float]]:
+  """Compares the contacts of batched Data ``d`` at poses ``qs`` with MuJoCo's, in order: the
+  same count and geoms, dist within ``dist_tol``, pos (and frame) within ``geom_tol``. Returns,
+  for each contact MuJoCo found, its geom pair and the largest difference in dist, pos and
+  frame."""
+  md = mujoco.MjData(mj)
+  errors = []
+  for i, q in enumerate(qs):
+    md.qpos[:] = q
+    mujoco.mj_forward(mj, md)
+    exist = np.asarray(d.contact_exist[i])
+    where = f"{what} pose {i}"
+    assert exist.sum() == md.ncon, (where, exist.sum(), md.ncon)
+    for k, c in zip(np.flatnonzero(exist), md.contact[:md.ncon]):
+      np.testing.assert_array_equal(d.contact_geom[i, k], c.geom, err_msg=where)
+      np.testing.assert_allclose(d.contact_dist[i, k], c.dist, atol=dist_tol, err_msg=where)
+      np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=geom_tol, err_msg=where)
+      ours_frame = np.asarray(d.contact_frame[i, k]).reshape(-1)
+      if frame:
+        np.testing.assert_allclose(ours_frame, c.frame, atol=geom_tol, err_msg=where)
+      errors.append((np.array(c.geom), max(abs(float(d.contact_dist[i, k]) - c.dist),
+                                           np.abs(np.asarray(d.contact_pos[i, k]) - c.pos).max(),
+                                           np.abs(ours_frame - c.frame).max())))
+  return errors

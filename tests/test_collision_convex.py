@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import flexor
+from support import batched_collision, match_contacts
 
 _PRISM = " ".join(f"{np.cos(a) * 0.12:.4f} {np.sin(a) * 0.12:.4f} {z}"
                   for a in np.linspace(0, 2 * np.pi, 7)[:-1] for z in (-0.1, 0.1))
@@ -49,41 +50,6 @@ def _poses(n: int, seed: int) -> np.ndarray:
   return q
 
 
-def _contacts(m: flexor.Model):
-  def run(qpos):
-    d = flexor.kinematics.kinematics(m, flexor.make_data(m).replace(qpos=qpos))
-    return flexor.collision.collision(m, d)
-  return jax.jit(jax.vmap(run))
-
-
-def _match(mj: mujoco.MjModel, d: flexor.Data, qs: np.ndarray, what: str, dist_tol: float = 1e-8,
-           geom_tol: float = 1e-4, frame: bool = True) -> tuple[int, int]:
-  """Compares the contacts of batched Data ``d`` at poses ``qs`` with MuJoCo's, in order: the
-  same count and geoms, dist within ``dist_tol``, pos (and frame) within ``geom_tol``. Returns
-  how many contacts MuJoCo found and how many of them agree to 1e-9."""
-  md = mujoco.MjData(mj)
-  found = exact = 0
-  for i, q in enumerate(qs):
-    md.qpos[:] = q
-    mujoco.mj_forward(mj, md)
-    exist = np.asarray(d.contact_exist[i])
-    where = f"{what} pose {i}"
-    assert exist.sum() == md.ncon, (where, exist.sum(), md.ncon)
-    for k, c in zip(np.flatnonzero(exist), md.contact[:md.ncon]):
-      found += 1
-      np.testing.assert_array_equal(d.contact_geom[i, k], c.geom, err_msg=where)
-      np.testing.assert_allclose(d.contact_dist[i, k], c.dist, atol=dist_tol, err_msg=where)
-      np.testing.assert_allclose(d.contact_pos[i, k], c.pos, atol=geom_tol, err_msg=where)
-      ours_frame = np.asarray(d.contact_frame[i, k]).reshape(-1)
-      if frame:
-        np.testing.assert_allclose(ours_frame, c.frame, atol=geom_tol, err_msg=where)
-      err = max(abs(float(d.contact_dist[i, k]) - c.dist),
-                np.abs(np.asarray(d.contact_pos[i, k]) - c.pos).max(),
-                np.abs(ours_frame - c.frame).max())
-      exact += err < 1e-9
-  return found, exact
-
-
 def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0) -> int:
   """Contacts of both engines at n poses; returns how many MuJoCo found.
 
@@ -97,8 +63,9 @@ def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0) -> int:
     warnings.simplefilter("error")  # the pair is supported
     m = flexor.load_mjcf_string(xml)
   qs = _poses(n, seed)
-  found, exact = _match(mujoco.MjModel.from_xml_string(xml), _contacts(m)(jnp.asarray(qs)), qs,
-                        f"{a}-{b}")
+  errors = match_contacts(mujoco.MjModel.from_xml_string(xml),
+                          batched_collision(m)(jnp.asarray(qs)), qs, f"{a}-{b}")
+  found, exact = len(errors), sum(err < 1e-9 for _, err in errors)
   assert exact >= 0.85 * found, f"{a}-{b}: {exact} of {found} contacts agree to 1e-9"
   return found
 
@@ -176,9 +143,9 @@ def test_mixed_convex_pairs_share_one_kernel():
   rng = np.random.default_rng(2)
   qs = np.concatenate([_poses(16, 3), _poses(16, 4)[:, 7:]], axis=1)
   qs[:, 14:17] = rng.uniform(-0.12, 0.12, size=(16, 3))
-  found, _ = _match(mujoco.MjModel.from_xml_string(xml), _contacts(m)(jnp.asarray(qs)), qs,
-                    "mixed")
-  assert found >= 12
+  errors = match_contacts(mujoco.MjModel.from_xml_string(xml),
+                          batched_collision(m)(jnp.asarray(qs)), qs, "mixed")
+  assert len(errors) >= 12
 
 
 def test_float32_contacts_agree_to_float32_accuracy():
@@ -187,8 +154,8 @@ def test_float32_contacts_agree_to_float32_accuracy():
   xml = _xml("ellipsoid", "ellipsoid")
   m = flexor.load_mjcf_string(xml, dtype=jnp.float32)
   qs = _poses(24, 0)
-  d = _contacts(m)(jnp.asarray(qs, jnp.float32))
+  d = batched_collision(m)(jnp.asarray(qs, jnp.float32))
   assert d.contact_dist.dtype == jnp.float32
-  found, _ = _match(mujoco.MjModel.from_xml_string(xml), d, qs, "float32", dist_tol=1e-4,
-                    frame=False)
-  assert found >= 12
+  errors = match_contacts(mujoco.MjModel.from_xml_string(xml), d, qs, "float32", dist_tol=1e-4,
+                          frame=False)
+  assert len(errors) >= 12

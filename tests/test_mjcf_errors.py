@@ -111,6 +111,16 @@ _CASES = [
      "unknown mesh 'nope'"),
     ("missing_mesh_file", "<mujoco>\n<asset>\n<mesh file='missing.stl'/>\n</asset>\n</mujoco>", 3,
      "mesh", "file", "missing.stl"),
+    ("hfield_elevation_length", "<mujoco>\n<asset>\n<hfield name='h' nrow='2' ncol='2' "
+     "size='1 1 1 1' elevation='1 2 3'/>\n</asset>\n</mujoco>", 3, "hfield", "elevation",
+     "nrow*ncol"),
+    ("hfield_without_grid", "<mujoco>\n<asset>\n<hfield name='h' size='1 1 1 1'/>\n</asset>\n"
+     "</mujoco>", 3, "hfield", "nrow", "not specified"),
+    ("missing_hfield_file", "<mujoco>\n<asset>\n<hfield file='missing.png' size='1 1 1 1'/>\n"
+     "</asset>\n</mujoco>", 3, "hfield", "file", "missing.png"),
+    ("bad_hfield_file", "<mujoco>\n<asset>\n<hfield file='model.xml' size='1 1 1 1' "
+     "content_type='image/jpeg'/>\n</asset>\n</mujoco>", 3, "hfield", "content_type",
+     "image/jpeg"),
     ("missing_include", "<mujoco>\n<include file='missing.xml'/>\n</mujoco>", 2, "include",
      "file", "missing.xml"),
     ("mocap_with_joint", "<mujoco>\n<worldbody>\n<body mocap='true'>\n<joint/>\n<geom size='1'/>"

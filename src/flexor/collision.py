@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import collision_convex, collision_primitive, math
+from flexor import collision_convex, collision_hfield, collision_primitive, math
 from flexor.mjcf import constraint_rows
 from flexor.types import ContactGradient, Data, DisableBit, EnableBit, GeomType, Model
 
@@ -193,18 +193,14 @@ def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
       face_quad=jnp.asarray(quad))
 
 
-def _kernel(m: Model, g1: np.ndarray, g2: np.ndarray, args: tuple[jax.Array, ...]
+def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
             ) -> tuple[Callable[..., collision_primitive.Contacts], tuple[Any, ...]]:
-  """The narrow phase of one group of candidates (g1, g2) (n,): its batched collider and the
+  """The narrow phase of one group of candidates ``cands`` (n,): its batched collider and the
   inputs it takes, each with leading axis n. ``args`` as ``collision_primitive``'s colliders
   take them; the GJK/EPA pairs (``collision_convex``) all share one kernel."""
+  g1, g2 = m.collision_geom[cands, 0], m.collision_geom[cands, 1]
   t1, t2 = m.geom_type[g1], m.geom_type[g2]
   key = (int(t1[0]), int(t2[0]))
-  if key not in collision_convex.PAIRS:
-    hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
-    return jax.vmap(collision_primitive.COLLIDERS[key]), (*args, *hull)
-  collide = collision_convex.make_collider((set(t1.tolist()), set(t2.tolist())),
-                                           m.opt.ccd_iterations)
   verts = []
   for g, t in ((g1, t1), (g2, t2)):
     mesh = np.flatnonzero(t == GeomType.MESH)
@@ -215,8 +211,34 @@ def _kernel(m: Model, g1: np.ndarray, g2: np.ndarray, args: tuple[jax.Array, ...
     verts.append(jnp.zeros((len(g),) + hull.shape[1:], hull.dtype).at[mesh].set(hull))
   tol = jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),))
   xpos1, xmat1, size1, xpos2, xmat2, size2, margin = args
+  if key[0] == GeomType.HFIELD:
+    return _hfield_kernel(m, cands, args, verts[1], tol)
+  if key not in collision_convex.PAIRS:
+    hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
+    return jax.vmap(collision_primitive.COLLIDERS[key]), (*args, *hull)
+  collide = collision_convex.make_collider((set(t1.tolist()), set(t2.tolist())),
+                                           m.opt.ccd_iterations)
   return jax.vmap(collide), (jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2,
                              xmat2, size2, margin, *verts, tol)
+
+
+def _hfield_kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...],
+                   vert2: jax.Array | None, tol: jax.Array
+                   ) -> tuple[Callable[..., collision_primitive.Contacts], tuple[Any, ...]]:
+  """_kernel of the height field candidates ``cands`` (n,): one window, the widest any of them
+  needs, and as many slots as the most any of them has."""
+  g1, g2 = m.collision_geom[cands, 0], m.collision_geom[cands, 1]
+  h = m.geom_dataid[g1]
+  window = tuple(int(w) for w in np.max(m.collision_window[cands], axis=0))
+  k = int(np.max(m.collision_connum[cands]))
+  collide = collision_hfield.make_collider(tuple(m.geom_type[g2].tolist()), m.opt.ccd_iterations,
+                                           window, k)
+  xpos1, xmat1, _, xpos2, xmat2, size2, margin = args
+  batched = jax.vmap(collide, in_axes=(None,) + (0,) * 14)
+  return batched, (m.hfield_data, jnp.asarray(m.hfield_adr[h]), m.hfield_size[h],
+                   jnp.asarray(m.hfield_nrow[h]), jnp.asarray(m.hfield_ncol[h]), xpos1, xmat1,
+                   jnp.asarray(m.geom_type[g2]), xpos2, xmat2, size2, m.geom_rbound[g2], margin,
+                   vert2, tol)
 
 
 def _nearest(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, reach: jax.Array
@@ -256,19 +278,22 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
     frame = jnp.zeros((n, 3, 3), dtype)
     exist = jnp.zeros(n, bool)
     convex = np.array([tuple(t) in collision_convex.PAIRS for t in types.tolist()], bool)
-    groups = [np.flatnonzero(~convex & (types[:, 0] == a) & (types[:, 1] == b))
-              for a, b in sorted({tuple(t) for t in types[~convex].tolist()})]
-    if convex.any():
-      groups.append(np.flatnonzero(convex))
+    field = types[:, 0] == GeomType.HFIELD
+    single = ~convex & ~field
+    groups = [np.flatnonzero(single & (types[:, 0] == a) & (types[:, 1] == b))
+              for a, b in sorted({tuple(t) for t in types[single].tolist()})]
+    groups += [np.flatnonzero(shared) for shared in (convex, field) if shared.any()]
     skipped = jnp.zeros((), jnp.int32)
     for cands in groups:
       g1, g2 = geom[cands, 0], geom[cands, 1]
       args = (d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
               d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands])
-      collide, inputs = _kernel(m, g1, g2, args)
+      collide, inputs = _kernel(m, cands, args)
       conadr = m.collision_conadr[cands]
       # a plane's or height field's bounding sphere is unbounded: those pairs always run
-      if 0 <= m.max_geom_pairs < len(cands) and not np.isin(types[cands[0]], _UNBOUNDED).any():
+      max_pairs = (0 <= m.max_geom_pairs < len(cands)
+                   and not np.isin(types[cands[0]], _UNBOUNDED).any())
+      if max_pairs:
         take, left_out = _nearest(m, d, g1, g2, reach[cands])
         skipped = skipped + left_out
         if not m.max_geom_pairs:
@@ -277,11 +302,15 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
         conadr = jnp.asarray(conadr)[take]
       c_dist, c_pos, c_frame, c_exist = collide(*inputs)
       k = c_dist.shape[1]
-      slots = (conadr[:, None] + np.arange(k)[None, :]).reshape(-1)
-      dist = dist.at[slots].set(c_dist.reshape(-1))
-      pos = pos.at[slots].set(c_pos.reshape(-1, 3))
-      frame = frame.at[slots].set(c_frame.reshape(-1, 3, 3))
-      exist = exist.at[slots].set(c_exist.reshape(-1))
+      # a candidate with fewer slots than the kernel returns (height fields) drops the rest
+      own = np.arange(k)[None, :] < m.collision_connum[cands][:, None]
+      if max_pairs:
+        own = jnp.asarray(own)[take]
+      slots = jnp.where(own, conadr[:, None] + np.arange(k)[None, :], n).reshape(-1)
+      dist = dist.at[slots].set(c_dist.reshape(-1), mode="drop")
+      pos = pos.at[slots].set(c_pos.reshape(-1, 3), mode="drop")
+      frame = frame.at[slots].set(c_frame.reshape(-1, 3, 3), mode="drop")
+      exist = exist.at[slots].set(c_exist.reshape(-1), mode="drop")
     owner = np.repeat(np.arange(m.ncollision), m.collision_connum)
     per_slot = {key: value[owner] for key, value in params.items()}
     if surrogate:

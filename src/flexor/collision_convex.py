@@ -1,7 +1,8 @@
 """Convex collision of the geom pairs MuJoCo 4.0 sends to ``mjc_Convex`` with its native CCD
 (``engine_collision_convex.c``, ``engine_collision_gjk.c``) and answers with one contact: a
 sphere, capsule, ellipsoid, cylinder or box against an ellipsoid, and a sphere or an ellipsoid
-against a mesh (``contact_pairs.CONVEX``).
+against a mesh (``contact_pairs.CONVEX``); and, for ``flexor.collision_hfield``, a height field's
+prisms against spheres, capsules, ellipsoids and cylinders.
 
 ``mjc_ccd`` first runs GJK on the Minkowski difference of the two geoms. A sphere shrinks to its
 centre and a capsule to its segment; if those cores stay farther apart than ``ccd_tolerance``,
@@ -19,7 +20,9 @@ contacts with a multi-contact search that is not built here.
 
 The loops (``lax.while_loop``) follow the C code step by step on values without derivatives and
 record the direction in which each support point was taken. The result (the final simplex or
-EPA face) is then evaluated again from those directions with derivatives: the support points
+EPA face) keeps the search's values, and takes its derivatives from the support points evaluated
+again in those directions (an evaluation of its own could pick another point where a direction
+is normal to an edge or a face, and jit's fused arithmetic rounds differently): the support points
 move with the geoms, so d(dist) is the exact derivative of the depth at a fixed feature (for
 curved surfaces the envelope theorem makes it the derivative of the true depth), and d(pos),
 d(frame) follow the feature. Every division is guarded so gradients stay finite.
@@ -122,6 +125,12 @@ def _kind_support(kind: int, g: Geom, d: jax.Array, local: jax.Array) -> jax.Arr
   if kind == _G.MESH:
     score = jax.lax.stop_gradient(g.vert) @ jax.lax.stop_gradient(local)
     return _local_to_global(mat, g.vert[jnp.argmax(score)], pos)
+  if kind == _G.HFIELD:
+    # mjc_prism_support: a height field prism (vert (6, 3): bottom then top triangle) lives in
+    # the frame the search runs in; the first best of its bottom (d_z < 0) or top vertices
+    tri = jnp.where(d[2] < 0, g.vert[:3], g.vert[3:])
+    t, u = jax.lax.stop_gradient(tri), jax.lax.stop_gradient(d)
+    return tri[jnp.argmax(t[:, 0] * u[0] + t[:, 1] * u[1] + t[:, 2] * u[2])]
   raise ValueError(f"no support function for geom type {kind}")
 
 
@@ -342,16 +351,17 @@ class _GjkResult(NamedTuple):
 
 
 def _gjk(sup: Support, x1: jax.Array, x2: jax.Array, kmax: int, tol: jax.Array,
-         cutoff: jax.Array) -> _GjkResult:
+         cutoff: jax.Array, active: jax.Array) -> _GjkResult:
   """MuJoCo's ``gjk``; ``cutoff`` 0 is the run without distances (it stops as soon as a support
   plane separates the geoms: MuJoCo's test for that case reduces to this one's with a zero
-  cutoff). MuJoCo 4.0 has no gjkIntersect fallback (3.12's
-  ``gjkIntersect`` is gone from its binary, and its traces continue GJK to the tetrahedron)."""
+  cutoff; where not ``active`` it reports the geoms separated without a step). MuJoCo 4.0 has
+  no gjkIntersect fallback (3.12's ``gjkIntersect`` is gone from its binary, and its traces
+  continue GJK to the tetrahedron)."""
   dtype = x1.dtype
   x = x1 - x2
   st = _Gjk(simplex=jnp.zeros((4, 4, 3), dtype), n=jnp.array(0), k=jnp.array(0), x=x,
             xn=_norm(x), xn_prev=jnp.zeros((), dtype), lam=jnp.zeros(4, dtype),
-            mode=jnp.array(_RUN))
+            mode=jnp.where(active, _RUN, _SEP))
   st = _gjk_loop(sup, st, kmax, tol, cutoff)
   sep_early = st.mode == _SEP
   final = sup(-(st.x * (1 / _safe(st.xn, st.xn != 0))))
@@ -616,9 +626,10 @@ def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array
 
 class _Witness(NamedTuple):
   """What mjc_ccd found, without derivatives: ``path`` 0 no contact, 1 the shrunk sphere and
-  capsule cores (``dirs`` (4, 3) of the simplex, ``n``), 2 an EPA face (``dirs`` (3, 3))."""
+  capsule cores (``verts`` (4, 4, 3) of the simplex, ``n``), 2 an EPA face (``verts`` (3, 4, 3));
+  the vertices as ``_support`` gives them, with the directions they were taken in."""
   path: jax.Array
-  dirs: jax.Array
+  verts: jax.Array
   n: jax.Array
   center: jax.Array
 
@@ -655,8 +666,10 @@ def _full_margin(g: Geom) -> jax.Array:
   return jnp.where(_rounded(g), g.size[0] + g.half_margin, g.half_margin)
 
 
-def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array) -> _Witness:
-  """mjc_ccd's combinatorial result (no derivatives)."""
+def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array
+            ) -> _Witness:
+  """mjc_ccd's combinatorial result (no derivatives); none where not ``active``, at the cost of
+  no GJK or EPA step (under vmap, batch members that need none do not hold the loops)."""
   dtype = g1.pos.dtype
   nv, nf = 5 + kmax, 6 * kmax
   sup = _support(g1, g2, kinds)
@@ -666,8 +679,8 @@ def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array) -> _Wit
   cutoff = _full_margin(g1) + _full_margin(g2)
   both = tuple(tuple(sorted(set(k) | set(_core_kinds(k)))) for k in kinds)
   pair = lambda a, b: jax.tree.map(lambda x, y: jnp.stack([x, y]), a, b)
-  runs = jax.vmap(lambda a, b, cut: _gjk(_support(a, b, both), a.pos, b.pos, kmax, tol, cut))(
-      pair(c1, g1), pair(c2, g2), jnp.stack([cutoff, jnp.zeros_like(cutoff)]))
+  run = lambda a, b, cut: _gjk(_support(a, b, both), a.pos, b.pos, kmax, tol, cut, active)
+  runs = jax.vmap(run)(pair(c1, g1), pair(c2, g2), jnp.stack([cutoff, jnp.zeros_like(cutoff)]))
   core, full = (jax.tree.map(lambda x: x[i], runs) for i in range(2))
   shallow = (_rounded(g1) | _rounded(g2) | (cutoff > 0)) & (core.dist > tol)
   core_hit = shallow & core.has_x & (core.dist - cutoff < 0)
@@ -683,20 +696,25 @@ def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array) -> _Wit
   run_epa = run_epa & (ret == 0) & ~shallow
   face, pt = _epa(sup, pt, kmax, tol, run_epa)
   epa_hit = run_epa & (face >= 0)
-  face_dirs = pt.vert[pt.face[jnp.maximum(face, 0)], _D]
-  dirs = jnp.concatenate([face_dirs, jnp.zeros((1, 3), dtype)])
+  face = pt.vert[pt.face[jnp.maximum(face, 0)]]
+  verts = jnp.concatenate([face, jnp.zeros((1, 4, 3), dtype)])
   path = jnp.where(shallow, jnp.where(core_hit, 1, 0), jnp.where(epa_hit, 2, 0))
-  dirs = jnp.where(shallow, core.simplex[:, _D], dirs)
+  verts = jnp.where(shallow, core.simplex, verts)
   n = jnp.where(shallow, core.n, 3)
-  return _Witness(path=path, dirs=dirs, n=n, center=pt.center)
+  return _Witness(path=path, verts=verts, n=n, center=pt.center)
 
 
-def _ccd(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array) -> tuple[jax.Array, ...]:
+def _ccd(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array
+         ) -> tuple[jax.Array, ...]:
   """mjc_ccd with derivatives: (found, dist (without the margin), x1, x2)."""
-  found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol))
-  dirs = jax.lax.stop_gradient(found.dirs)
+  found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol), active)
+  dirs = jax.lax.stop_gradient(found.verts[:, _D])
+  # the support points again, from their directions, give the derivatives; their values are
+  # the search's (where a direction is normal to an edge or a face, the two evaluations may
+  # round to different points of it)
+  same = lambda searched, again: searched + (again - jax.lax.stop_gradient(again))
   # EPA face: its three vertices from their directions
-  verts = jax.vmap(_support(g1, g2, kinds))(dirs[:3])
+  verts = same(found.verts[:3], jax.vmap(_support(g1, g2, kinds))(dirs[:3]))
   x = verts[:, _V]
   p, d2 = _face_point(jax.lax.stop_gradient(found.center), x[0], x[1], x[2])
   lam = _tri_affine(x[0], x[1], x[2], p)
@@ -705,7 +723,8 @@ def _ccd(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array) -> tuple[j
   e_dist = -jnp.sqrt(jnp.where(d2 > 0, d2, 1.0)) * (d2 > 0)
   # distance pass: the simplex's nearest point, pushed out by the margins
   c1, c2 = _core(g1), _core(g2)
-  simplex = jax.vmap(_support(c1, c2, tuple(_core_kinds(k) for k in kinds)))(dirs)
+  core_kinds = tuple(_core_kinds(k) for k in kinds)
+  simplex = same(found.verts, jax.vmap(_support(c1, c2, core_kinds))(dirs))
   lam4 = _subdistance(found.n, simplex[:, _V])
   xk = _lincomb(lam4, found.n, simplex[:, _V])
   s1 = _lincomb(lam4, found.n, simplex[:, _A])
@@ -722,10 +741,11 @@ def _ccd(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array) -> tuple[j
   return found.path > 0, e_dist, e1, e2
 
 
-def _contact(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, kmax: int, tol: jax.Array
-             ) -> _Contact:
-  """mjc_penetration: one contact (dist, pos, normal from geom 1 to geom 2)."""
-  found, dist, x1, x2 = _ccd(g1, g2, kinds, kmax, tol)
+def _contact(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, kmax: int, tol: jax.Array,
+             active: jax.Array | bool = True) -> _Contact:
+  """mjc_penetration: one contact (dist, pos, normal from geom 1 to geom 2); none where not
+  ``active``."""
+  found, dist, x1, x2 = _ccd(g1, g2, kinds, kmax, tol, jnp.asarray(active))
   diff = x1 - x2
   nn = _norm(diff)
   ok = nn >= MINVAL

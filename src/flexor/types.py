@@ -534,6 +534,8 @@ class Model(_Node):
   nmeshpoly: int                # mesh polygons (coplanar hull faces merged)
   nmeshpolyvert: int
   nmeshpolymap: int
+  nhfield: int
+  nhfielddata: int              # length of hfield_data
   ntendon: int
   nwrap: int
   nmocap: int
@@ -667,6 +669,14 @@ class Model(_Node):
   # vertex when it is the support point and that polygon faces the plane (mesh.polygon_quads)
   mesh_polyquad: np.ndarray = _field("nmeshpolyvert", 3, derived=True)
 
+  # height fields: hfield_data[hfield_adr : + nrow * ncol] the elevations in [0, 1], row-major
+  # from the bottom (-y) row; size (radius x, radius y, elevation z, base z) in metres
+  hfield_size: jax.Array = _field("nhfield", 4, fill=0.0)
+  hfield_nrow: np.ndarray = _field("nhfield", fill=0)
+  hfield_ncol: np.ndarray = _field("nhfield", fill=0)
+  hfield_adr: np.ndarray = _field("nhfield", fill=0)
+  hfield_data: jax.Array = _field("nhfielddata", fill=0.0)
+
   # tendons; a tendon's path is wrap_*[tendon_adr : tendon_adr + tendon_num]
   tendon_adr: np.ndarray = _field("ntendon", fill=0)
   tendon_num: np.ndarray = _field("ntendon", fill=0)
@@ -782,6 +792,8 @@ class Model(_Node):
   collision_dim: np.ndarray = _field("ncollision", fill=3, derived=True)    # condim
   collision_conadr: np.ndarray = _field("ncollision", fill=0, derived=True)  # its first slot
   collision_connum: np.ndarray = _field("ncollision", fill=0, derived=True)  # narrow-phase slots
+  # a height field pair's sub-grid window (columns, rows; contact_pairs.hfield_window), else 0
+  collision_window: np.ndarray = _field("ncollision", 2, fill=0, derived=True)
 
   # constraint rows (static, derived by flexor.mjcf.constraint_rows): each row's mjtConstraint,
   # element id (equality, dof, joint, tendon or contact slot) and index within its element

@@ -203,6 +203,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       nmesh=len(f.get("mesh_vertadr", ())), nmeshvert=len(f.get("mesh_vert", ())),
       nmeshgraph=len(f.get("mesh_graph", ())), nmeshpoly=len(f.get("mesh_polyvertadr", ())),
       nmeshpolyvert=len(f.get("mesh_polyvert", ())), nmeshpolymap=len(f.get("mesh_polymap", ())),
+      nhfield=len(f.get("hfield_nrow", ())), nhfielddata=len(f.get("hfield_data", ())),
       ntendon=len(f.get("tendon_num", ())), nwrap=len(f.get("wrap_type", ())),
       nmocap=int((mocapid >= 0).sum()), neq=len(f.get("eq_type", ())),
       nkey=len(f.get("key_time", ())), npair=len(f.get("pair_geom1", ())),

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from flexor.mjcf import mesh
+from flexor.mjcf import hfield, mesh
 from flexor.mjcf.assemble import assemble, make_option
 from flexor.mjcf.compile_actuator import compile_actuators
 from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCompiler,
@@ -135,9 +135,9 @@ def _option(source: Source, dtype: Any):
 
 
 def _assets(source: Source, defaults: Defaults, compiler: Compiler):
-  """Meshes and height fields by name: {name: (id, MeshInfo)}, {name: (id, size (4,))}."""
+  """Meshes and height fields by name: {name: (id, MeshInfo)}, {name: (id, hfield.HField)}."""
   meshes: dict[str, tuple[int, Any]] = {}
-  hfields: dict[str, tuple[int, np.ndarray]] = {}
+  hfields: dict[str, tuple[int, hfield.HField]] = {}
   for asset in source.sections("asset"):
     for element in asset:
       if element.tag == "mesh":
@@ -188,7 +188,16 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
         for i, value in enumerate(size):
           if value <= 0 and i != 3 or value < 0:
             raise r.error(f"size[{i}] must be positive", "size")
-        hfields[name or ""] = (len(hfields), size)
+        file = r.text("file")
+        content = (source.read_file(file, element, "file", compiler.meshdir)
+                   if file is not None else None)
+        try:
+          compiled = hfield.load(size, r.int("nrow", 0), r.int("ncol", 0), r.floats("elevation"),
+                                 content, r.text("content_type"))
+        except ValueError as e:
+          attribute, message = str(e).split(": ", 1)
+          raise r.error(message, attribute) from None
+        hfields[name or ""] = (len(hfields), compiled)
   return meshes, hfields
 
 
@@ -363,6 +372,7 @@ def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str,
   fields = builder.finish()
   fields["site_type"] = np.array(tree.site["type"], dtype=np.int32)
   fields.update(_mesh_fields(source, infos, _colliding_meshes(fields, paired_geom_names(source))))
+  fields.update(hfield.hfield_fields([h for _, h in sorted(hfields.values(), key=lambda i: i[0])]))
   names = {kind: Names(source, label, fields[f"names_{kind}"])
            for kind, label in (("body", "body"), ("jnt", "joint"), ("geom", "geom"),
                                ("site", "site"))}

@@ -90,7 +90,7 @@ class TreeCompiler:
   """Walks ``<worldbody>`` and fills a :class:`Tree`."""
 
   def __init__(self, source: Source, defaults: Defaults, compiler: Compiler,
-               meshes: dict[str, tuple[int, Any]], hfields: dict[str, tuple[int, np.ndarray]]):
+               meshes: dict[str, tuple[int, Any]], hfields: dict[str, tuple[int, Any]]):
     self.source, self.defaults, self.compiler = source, defaults, compiler
     self.meshes, self.hfields = meshes, hfields
     self.tree = _new_tree()
@@ -377,7 +377,7 @@ class TreeCompiler:
       if name is None or name not in self.hfields:
         raise r.error(f"unknown hfield {name!r}" if name else "hfield geom needs an 'hfield'",
                       "hfield")
-      dataid, hfield_size = self.hfields[name]
+      dataid, hfield_size = self.hfields[name][0], self.hfields[name][1].size
       size = np.array([hfield_size[0], hfield_size[1],
                        0.5 * (0.5 * hfield_size[2] + hfield_size[3])])
     else:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flexor.mjcf import contact_pairs
-from flexor.types import ConeType, ConstraintType, EqType, JointType
+from flexor.types import ConeType, ConstraintType, EnableBit, EqType, GeomType, JointType
 
 def contact_dims(f: dict[str, Any]) -> np.ndarray:
   """condim of each candidate pair (ncollision,): the pair's own, else as mj_contactParam."""
@@ -75,6 +75,26 @@ def contact_groups(dims: np.ndarray, connum: np.ndarray, cap: int) -> list[Conta
   return groups
 
 
+def hfield_window(f: dict[str, Any], opt: Any, k: int) -> tuple[int, int] | None:
+  """contact_pairs.hfield_window of candidate ``k`` if its first geom is a height field, else
+  None; for the margin and gap the model compiled with (a larger one set later is not covered)."""
+  g1, g2 = (int(g) for g in np.asarray(f["collision_geom"])[k])
+  if f["geom_type"][g1] != GeomType.HFIELD:
+    return None
+  pair = int(f["collision_pairid"][k])
+  value = lambda name, i: float(np.asarray(f[name])[i])
+  if pair >= 0:
+    margin, gap = value("pair_margin", pair), value("pair_gap", pair)
+  else:
+    margin = value("geom_margin", g1) + value("geom_margin", g2)
+    gap = value("geom_gap", g1) + value("geom_gap", g2)
+  if opt.enabled(EnableBit.OVERRIDE):
+    margin = float(opt.o_margin)
+  h = int(f["geom_dataid"][g1])
+  return contact_pairs.hfield_window(np.asarray(f["hfield_size"])[h], f["hfield_nrow"][h],
+                                     f["hfield_ncol"][h], value("geom_rbound", g2) + margin + gap)
+
+
 def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
   """The contact slot and constraint row tables of Model (see its field comments) and njmax.
 
@@ -84,8 +104,9 @@ def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
   """
   geom = np.asarray(f["collision_geom"], dtype=np.int64).reshape(-1, 2)
   geom_type = np.asarray(f["geom_type"])
-  connum = np.array([contact_pairs.max_contacts(geom_type[a], geom_type[b]) for a, b in geom],
-                    dtype=np.int32)
+  windows = [hfield_window(f, opt, k) for k in range(len(geom))]
+  connum = np.array([contact_pairs.max_contacts(geom_type[a], geom_type[b], w)
+                     for (a, b), w in zip(geom, windows)], dtype=np.int32)
   conadr = (np.cumsum(connum) - connum).astype(np.int32)
   dims = contact_dims(f)
   cap = int(f.get("size_nconmax", -1))
@@ -119,6 +140,7 @@ def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
     rows += [(kind, slot, k) for k in range(contact_rows(dim, opt.cone))]
   table = np.array(rows, dtype=np.int32).reshape(-1, 3)
   return dict(collision_dim=dims, collision_conadr=conadr, collision_connum=connum,
+              collision_window=np.array([w or (0, 0) for w in windows], np.int32).reshape(-1, 2),
               nconslot=int(connum.sum()), nconmax=len(slot_dim), size_nconmax=cap,
               njmax=len(table), efc_rowtype=table[:, 0], efc_rowid=table[:, 1],
               efc_rowsub=table[:, 2])

@@ -44,18 +44,43 @@ _HAS_FUNCTION = {(a, b) for a in GeomType for b in GeomType
 # makes 1, 2 or 4 by a multi-contact search flexor does not have yet)
 CONVEX = frozenset({(_S, _E), (_S, _M), (_C, _E), (_E, _E), (_E, _Y), (_E, _B), (_E, _M)})
 
-# the subset flexor's narrow phase implements (MuJoCo's primitive colliders, mjc_PlaneConvex and
-# the CONVEX pairs of mjc_Convex; not height fields or SDFs)
+# a height field against a sphere, capsule, ellipsoid or cylinder: mjc_ConvexHField, one GJK/EPA
+# contact per prism (against a box or a mesh MuJoCo 4.0's native CCD runs its polytope contact
+# search on each prism, which flexor does not have)
+HFIELD = frozenset((_H, t) for t in (_S, _C, _E, _Y))
+MAXCONPAIR = 50  # mjMAXCONPAIR: the most contacts one geom pair makes
+
+# the subset flexor's narrow phase implements (MuJoCo's primitive colliders, mjc_PlaneConvex,
+# the CONVEX pairs of mjc_Convex and mjc_ConvexHField; not SDFs)
 SUPPORTED = frozenset({(_P, _S), (_P, _C), (_P, _E), (_P, _Y), (_P, _B), (_P, _M), (_S, _S),
-                       (_S, _C), (_S, _Y), (_S, _B), (_C, _C), (_C, _B), (_B, _B)}) | CONVEX
+                       (_S, _C), (_S, _Y), (_S, _B), (_C, _C), (_C, _B),
+                       (_B, _B)}) | CONVEX | HFIELD
 
 
-def max_contacts(type1: int, type2: int) -> int:
+def hfield_window(size: np.ndarray, nrow: int, ncol: int, reach: float) -> tuple[int, int]:
+  """The grid cells (columns, rows) of the sub-grid mjc_ConvexHField can visit for a geom whose
+  bounding radius plus the pair's margin is ``reach``, on a height field of ``size`` (4,) and
+  nrow x ncol points.
+
+  The sub-grid spans the geom's bounding box grown by the margin, in the height field's frame,
+  at most 2 reach wide: a span of w cells, rounded out at both ends, covers at most floor(w) + 2
+  cells."""
+  cells = lambda radius, n: min(int(np.floor(2 * reach * (n - 1) / (2 * radius))) + 2,
+                                max(n - 1, 0))
+  return cells(float(size[0]), int(ncol)), cells(float(size[1]), int(nrow))
+
+
+def max_contacts(type1: int, type2: int, window: tuple[int, int] | None = None) -> int:
   """MuJoCo's mj_maxContact(type1, type2, has_margin=1) for the supported type pairs: the
-  contacts one narrow phase call can return."""
+  contacts one narrow phase call can return (a height field's: one per prism of the sub-grid
+  ``window``, at most MAXCONPAIR)."""
   pair = (min(int(type1), int(type2)), max(int(type1), int(type2)))
   if pair not in SUPPORTED:
     raise ValueError(f"geom types {pair} are not supported by flexor's narrow phase")
+  if pair in HFIELD:
+    if window is None:
+      raise ValueError("a height field pair needs its sub-grid window")
+    return min(2 * window[0] * window[1], MAXCONPAIR)
   if _S in pair or _E in pair:
     return 1
   return {(_B, _B): 8, (_C, _C): 2, (_C, _B): 4, (_P, _C): 2, (_P, _Y): 4, (_P, _B): 4,
@@ -87,8 +112,8 @@ def _function_types(g1: int, g2: int, geom_type: np.ndarray) -> tuple[int, int]:
 def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dict[str, Any]:
   """Returns collision_geom (ncollision, 2), collision_pairid (ncollision,) and ncollision.
 
-  Pairs MuJoCo would collide but flexor's narrow phase cannot (height fields, SDFs, the convex
-  pairs MuJoCo gives several contacts, and the CONVEX pairs unless ``convex``) are left out, with
+  Pairs MuJoCo would collide but flexor's narrow phase cannot (SDFs, the convex pairs MuJoCo
+  gives several contacts, and the CONVEX and HFIELD pairs unless ``convex``) are left out, with
   one warning naming them. ``mjDSBL_CONTACT``/``CONSTRAINT`` are not applied
   here: the driver checks them at run time.
 
@@ -149,7 +174,7 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dic
         found.append((key, o1, o2, -1))
 
   found.sort(key=lambda item: item[0])
-  known = SUPPORTED if convex else SUPPORTED - CONVEX
+  known = SUPPORTED if convex else SUPPORTED - CONVEX - HFIELD
   supported = [_function_types(g1, g2, geom_type) in known for _, g1, g2, _ in found]
   keep = [item for item, ok in zip(found, supported) if ok]
   dropped = [item for item, ok in zip(found, supported) if not ok]
@@ -158,7 +183,7 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dic
     names = lambda ks: ", ".join(f"{GeomType(a).name.lower()}-{GeomType(b).name.lower()}"
                                  for a, b in ks)
     missing = [k for k in kinds if k not in SUPPORTED]
-    off = [k for k in kinds if k in CONVEX]
+    off = [k for k in kinds if k in CONVEX | HFIELD]
     why = ([f"flexor's narrow phase does not support {names(missing)} yet"] if missing else []) + (
         [f"GJK/EPA for {names(off)} is off (convex=False)"] if off else [])
     warnings.warn(f"{len(dropped)} geom pair(s) that MuJoCo would collide are left out: "
