@@ -234,8 +234,7 @@ def _hfield_kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...],
   collide = collision_hfield.make_collider(tuple(m.geom_type[g2].tolist()), m.opt.ccd_iterations,
                                            window, k)
   xpos1, xmat1, _, xpos2, xmat2, size2, margin = args
-  batched = jax.vmap(collide, in_axes=(None,) + (0,) * 14)
-  return batched, (m.hfield_data, jnp.asarray(m.hfield_adr[h]), m.hfield_size[h],
+  return collide, (m.hfield_data, jnp.asarray(m.hfield_adr[h]), m.hfield_size[h],
                    jnp.asarray(m.hfield_nrow[h]), jnp.asarray(m.hfield_ncol[h]), xpos1, xmat1,
                    jnp.asarray(m.geom_type[g2]), xpos2, xmat2, size2, m.geom_rbound[g2], margin,
                    vert2, tol)

@@ -666,13 +666,20 @@ def _full_margin(g: Geom) -> jax.Array:
   return jnp.where(_rounded(g), g.size[0] + g.half_margin, g.half_margin)
 
 
-def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array
-            ) -> _Witness:
-  """mjc_ccd's combinatorial result (no derivatives); none where not ``active``, at the cost of
-  no GJK or EPA step (under vmap, batch members that need none do not hold the loops)."""
-  dtype = g1.pos.dtype
-  nv, nf = 5 + kmax, 6 * kmax
-  sup = _support(g1, g2, kinds)
+class _Gjks(NamedTuple):
+  """mjc_ccd's GJK runs on the cores (``core``) and the full geoms (``full``); ``shallow``: the
+  cores' distance decides, ``core_hit``: and they touch, ``run_epa``: EPA must decide."""
+  core: _GjkResult
+  full: _GjkResult
+  shallow: jax.Array
+  core_hit: jax.Array
+  run_epa: jax.Array
+
+
+def _search_gjk(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array
+                ) -> _Gjks:
+  """mjc_ccd's GJK phase (no derivatives); nothing where not ``active``, at the cost of no GJK
+  step (under vmap, batch members that need none do not hold the loops)."""
   # MuJoCo 4.0 first runs a distance pass on the cores where there is a sphere, a capsule or
   # a margin; both GJK runs go as one batch of two, so the program holds one GJK
   c1, c2 = _core(g1), _core(g2)
@@ -683,8 +690,18 @@ def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active:
   runs = jax.vmap(run)(pair(c1, g1), pair(c2, g2), jnp.stack([cutoff, jnp.zeros_like(cutoff)]))
   core, full = (jax.tree.map(lambda x: x[i], runs) for i in range(2))
   shallow = (_rounded(g1) | _rounded(g2) | (cutoff > 0)) & (core.dist > tol)
-  core_hit = shallow & core.has_x & (core.dist - cutoff < 0)
-  run_epa = (full.dist <= tol) & (full.n > 1) & ~full.separated
+  return _Gjks(core=core, full=full, shallow=shallow,
+               core_hit=shallow & core.has_x & (core.dist - cutoff < 0),
+               run_epa=(full.dist <= tol) & (full.n > 1) & ~full.separated & ~shallow)
+
+
+def _search_epa(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, gjks: _Gjks
+                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """mjc_ccd's EPA phase (no derivatives): the nearest face's vertices (3, 4, 3), the
+  polytope's centre (3,) and whether EPA found a contact."""
+  nv, nf = 5 + kmax, 6 * kmax
+  sup = _support(g1, g2, kinds)
+  full = gjks.full
   p4, r4, f4, t4 = _polytope4(sup, full.simplex, nv, nf)
   p2, r2, f2, t2 = _polytope2(sup, full.simplex, nv, nf)
   tri = jnp.where(full.n == 4, t4, jnp.where(full.n == 2, t2, full.simplex[:3]))
@@ -692,22 +709,29 @@ def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active:
   use3 = (full.n == 3) | ((full.n == 4) & f4) | ((full.n == 2) & f2)
   pick = lambda a, b, c: jnp.where(use3, c, jnp.where(full.n == 4, a, b))
   pt = jax.tree.map(pick, p4, p2, p3)
-  ret = pick(r4, r2, r3)
-  run_epa = run_epa & (ret == 0) & ~shallow
-  face, pt = _epa(sup, pt, kmax, tol, run_epa)
-  epa_hit = run_epa & (face >= 0)
-  face = pt.vert[pt.face[jnp.maximum(face, 0)]]
-  verts = jnp.concatenate([face, jnp.zeros((1, 4, 3), dtype)])
-  path = jnp.where(shallow, jnp.where(core_hit, 1, 0), jnp.where(epa_hit, 2, 0))
-  verts = jnp.where(shallow, core.simplex, verts)
-  n = jnp.where(shallow, core.n, 3)
-  return _Witness(path=path, verts=verts, n=n, center=pt.center)
+  run = gjks.run_epa & (pick(r4, r2, r3) == 0)
+  face, pt = _epa(sup, pt, kmax, tol, run)
+  return pt.vert[pt.face[jnp.maximum(face, 0)]], pt.center, run & (face >= 0)
 
 
-def _ccd(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array
-         ) -> tuple[jax.Array, ...]:
-  """mjc_ccd with derivatives: (found, dist (without the margin), x1, x2)."""
-  found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol), active)
+def _witness(gjks: _Gjks, face: jax.Array, center: jax.Array, epa_hit: jax.Array) -> _Witness:
+  """mjc_ccd's result from its two phases."""
+  verts = jnp.concatenate([face, jnp.zeros((1, 4, 3), face.dtype)])
+  path = jnp.where(gjks.shallow, jnp.where(gjks.core_hit, 1, 0), jnp.where(epa_hit, 2, 0))
+  return _Witness(path=path, verts=jnp.where(gjks.shallow, gjks.core.simplex, verts),
+                  n=jnp.where(gjks.shallow, gjks.core.n, 3), center=center)
+
+
+def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array
+            ) -> _Witness:
+  """mjc_ccd's combinatorial result (no derivatives); none where not ``active``."""
+  gjks = _search_gjk(g1, g2, kinds, kmax, tol, active)
+  return _witness(gjks, *_search_epa(g1, g2, kinds, kmax, tol, gjks))
+
+
+def _ccd(g1: Geom, g2: Geom, kinds: Kinds, found: _Witness) -> tuple[jax.Array, ...]:
+  """mjc_ccd with derivatives, at the search's result ``found``: (found, dist (without the
+  margin), x1, x2)."""
   dirs = jax.lax.stop_gradient(found.verts[:, _D])
   # the support points again, from their directions, give the derivatives; their values are
   # the search's (where a direction is normal to an edge or a face, the two evaluations may
@@ -741,17 +765,24 @@ def _ccd(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: ja
   return found.path > 0, e_dist, e1, e2
 
 
-def _contact(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, kmax: int, tol: jax.Array,
-             active: jax.Array | bool = True) -> _Contact:
-  """mjc_penetration: one contact (dist, pos, normal from geom 1 to geom 2); none where not
-  ``active``."""
-  found, dist, x1, x2 = _ccd(g1, g2, kinds, kmax, tol, jnp.asarray(active))
+def _contact(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, kmax: int, tol: jax.Array
+             ) -> _Contact:
+  """mjc_penetration: one contact (dist, pos, normal from geom 1 to geom 2)."""
+  found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol),
+                  jnp.asarray(True))
+  return _contact_at(g1, g2, kinds, margin, found)
+
+
+def _contact_at(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: _Witness
+                ) -> _Contact:
+  """_contact, with derivatives, at the search's result ``found``."""
+  hit, dist, x1, x2 = _ccd(g1, g2, kinds, found)
   diff = x1 - x2
   nn = _norm(diff)
   ok = nn >= MINVAL
   normal = jnp.where(ok, diff / _safe(nn, ok), jnp.array([1.0, 0.0, 0.0], diff.dtype))
   return _Contact(dist=margin + dist, pos=0.5 * (x1 + x2), normal=normal,
-                  tangent=jnp.zeros_like(normal), valid=found & (dist < 0))
+                  tangent=jnp.zeros_like(normal), valid=hit & (dist < 0))
 
 
 def _geom(kind, pos, mat, size, vert, margin) -> Geom:

@@ -59,24 +59,31 @@ def _window_prisms(window: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
 
 def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k: int
                   ) -> Callable[..., Contacts]:
-  """The collider of height field pairs whose second geom's type is one of ``kinds``, visiting
-  ``window`` (columns, rows) cells and returning ``k`` contact slots:
+  """The collider of n height field pairs whose second geom's type is one of ``kinds``, visiting
+  ``window`` (columns, rows) cells and returning ``k`` contact slots for each pair:
 
     collider(data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2,
              margin, vert2, tol)
 
-  ``data`` the model's hfield_data (shared, not batched); ``adr, nrow, ncol`` () and ``hsize``
-  (4,) the height field's; ``pos1, mat1`` its frame; ``type2, pos2, mat2, size2, rbound2`` the
-  geom's, ``vert2`` (H, 3) its hull vertices if it may be a mesh (else None); ``margin`` () the
-  pair's; ``tol`` () ``opt.ccd_tolerance``.
+  ``data`` the model's hfield_data (shared); each other input has a leading axis n: ``adr,
+  nrow, ncol`` () and ``hsize`` (4,) the height field's; ``pos1, mat1`` its frame; ``type2,
+  pos2, mat2, size2, rbound2`` the geom's, ``vert2`` (H, 3) its hull vertices if it may be a mesh
+  (else None); ``margin`` () the pair's; ``tol`` () ``opt.ccd_tolerance``.
+
+  All pairs' prisms are searched as one batch: GJK on every prism MuJoCo visits, then EPA only
+  if some prism needs it. Where at most an eighth of the window's prisms are visited (geoms
+  resting on the field), the batch holds only those. Both choices are ``lax.cond``s: under
+  ``vmap`` over worlds both branches run.
   """
   kinds = tuple(sorted({int(x) for x in kinds}))
   pair_kinds = ((int(GeomType.HFIELD),), kinds)
   cell, corner = _window_prisms(window)
   free = jax.lax.stop_gradient
 
-  def collide(data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2,
-              margin, vert2, tol) -> Contacts:
+  def prisms(data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2,
+             margin, vert2):
+    """One pair's prisms (P of them, in MuJoCo's order) as CCD geoms, the geom in the height
+    field's frame, and which prisms MuJoCo visits (P,)."""
     dtype = pos1.dtype
     s0, s1, s2, s3 = hsize[0], hsize[1], hsize[2], hsize[3]
     local_pos = _mul_t(mat1, pos2 - pos1)
@@ -97,7 +104,7 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
     near &= ~((lo[0] - mg > hs[0]) | (hi[0] + mg < -hs[0]) | (lo[1] - mg > hs[1])
               | (hi[1] + mg < -hs[1]) | (lo[2] - mg > hs[2]) | (hi[2] + mg < -hs[3]))
 
-    # the sub-grid under the bounding box, and the window placed over it
+    # the sub-grid under the bounding box grown by the margin, and the window placed over it
     def grid(value, radius, n, rnd):
       index = rnd(jnp.clip((value + radius) / (2.0 * radius) * (n - 1), -1e9, 1e9))
       return index.astype(jnp.int32)
@@ -110,8 +117,8 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
     r, c = r0 + cell[:, 0], c0 + cell[:, 1]
     visited = near & (r >= rmin) & (r < rmax) & (c > cmin) & (c <= cmax)
 
-    # prism vertices (P, 6, 3): the bottom triangle at -size_base, the top at the elevations
-    # raised by the margin
+    # prism vertices (P, 6, 3): the bottom triangle at -size_base, the top at the elevations;
+    # a prism wholly below the geom's lowest point (less the margin) is skipped
     row = jnp.minimum(r0 + corner[..., 0], nrow - 1)
     col = jnp.minimum(c0 + corner[..., 1], ncol - 1)
     dx, dy = (2.0 * s0) / (ncol - 1), (2.0 * s1) / (nrow - 1)
@@ -119,23 +126,73 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
     z = data[adr + row * ncol + col] * s2
     bottom = jnp.stack([x, y, jnp.broadcast_to(-s3, x.shape)], axis=-1)
     top = jnp.stack([x, y, z], axis=-1)
-    prism = jnp.concatenate([bottom, top], axis=1)
+    vert = jnp.concatenate([bottom, top], axis=1)
     visited &= jnp.any(free(z) >= lo[2] - mg, axis=1)
 
+    # both inflated by half the margin, as mjc_Convex's geoms; a prism's centre is the mean of
+    # its vertices, summed in MuJoCo's order
     geom = collision_convex._geom(type2, local_pos, mat, size2, vert2, margin)
-    eye = jnp.eye(3, dtype=dtype)
+    center = (((((vert[:, 0] + vert[:, 1]) + vert[:, 2]) + vert[:, 3]) + vert[:, 4]) + vert[:, 5]
+              ) * (1.0 / 6.0)
+    count = len(cell)
+    field = collision_convex.Geom(
+        kind=jnp.full(count, int(GeomType.HFIELD)), pos=center,
+        mat=jnp.broadcast_to(jnp.eye(3, dtype=dtype), (count, 3, 3)),
+        size=jnp.zeros((count, 3), dtype), vert=vert,
+        half_margin=jnp.broadcast_to(geom.half_margin, (count,)))
+    return field, geom, visited
 
-    def one(vert, active):
-      center = ((((vert[0] + vert[1]) + vert[2]) + vert[3]) + vert[4] + vert[5]) * (1.0 / 6.0)
-      field = collision_convex.Geom(kind=jnp.asarray(GeomType.HFIELD), pos=center, mat=eye,
-                                    size=jnp.zeros(3, dtype), vert=vert,
-                                    half_margin=geom.half_margin)
-      return collision_convex._contact(field, geom, pair_kinds, margin, kmax, tol, active)
+  def collide(data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2,
+              margin, vert2, tol) -> Contacts:
+    field, geom, visited = jax.vmap(prisms, in_axes=(None,) + (0,) * 13)(
+        data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2, margin,
+        vert2)
+    n, count = visited.shape
+    lanes = n * count
+    # one lane per prism: (n, P, ...) -> (n P, ...), each pair's values repeated per prism
+    field = jax.tree.map(lambda x: x.reshape((lanes,) + x.shape[2:]), field)
+    geom = jax.tree.map(lambda x: jnp.repeat(x, count, axis=0), geom)
+    tol, margin = free(jnp.repeat(tol, count)), jnp.repeat(margin, count)
+    active = visited.reshape(-1)
+    frozen = collision_convex._frozen
 
-    found = jax.vmap(one)(prism, visited)
-    normal = jax.vmap(lambda n: _mul(mat1, n))(found.normal)
-    pos = jax.vmap(lambda p: _mul(mat1, p) + pos1)(found.pos)
-    return _finish(_Contact(dist=found.dist, pos=pos, normal=normal,
-                            tangent=jnp.zeros_like(normal), valid=found.valid & visited), k)
+    def search(sel):
+      """The contacts of lanes ``sel`` (B,), scattered back to all lanes (an index past the
+      last lane is a pad)."""
+      take = lambda x: x[jnp.minimum(sel, lanes - 1)]
+      f, g, t, mg = (jax.tree.map(take, x) for x in (field, geom, tol, margin))
+      on = take(active) & (sel < lanes)
+      gjks = jax.vmap(lambda f, g, t, a: collision_convex._search_gjk(
+          frozen(f), frozen(g), pair_kinds, kmax, t, a))(f, g, t, on)
+
+      def epa(_):
+        return jax.vmap(lambda f, g, t, s: collision_convex._search_epa(
+            frozen(f), frozen(g), pair_kinds, kmax, t, s))(f, g, t, gjks)
+
+      def no_epa(_):
+        dtype = pos1.dtype
+        return (jnp.zeros((len(sel), 3, 4, 3), dtype), jnp.zeros((len(sel), 3), dtype),
+                jnp.zeros(len(sel), bool))
+
+      found = jax.vmap(collision_convex._witness)(
+          gjks, *jax.lax.cond(jnp.any(gjks.run_epa), epa, no_epa, None))
+      c = jax.vmap(lambda f, g, mg, w: collision_convex._contact_at(f, g, pair_kinds, mg, w))(
+          f, g, mg, found)
+      c = c._replace(valid=c.valid & on)
+      return jax.tree.map(lambda x: jnp.zeros((lanes,) + x.shape[1:], x.dtype).at[sel].set(
+          x, mode="drop"), c)
+
+    # few prisms near the geoms (the common case) run as a small batch, else all of them
+    few = max(1, lanes // 8)
+    c = jax.lax.cond(jnp.sum(active) <= few,
+                     lambda: search(jnp.nonzero(active, size=few, fill_value=lanes)[0]),
+                     lambda: search(jnp.arange(lanes)))
+    # back to the pairs, and from the height field's frame to the world's
+    c = jax.tree.map(lambda x: x.reshape((n, count) + x.shape[1:]), c)
+    rotate = jax.vmap(jax.vmap(_mul, in_axes=(None, 0)))
+    normal = rotate(mat1, c.normal)
+    pos = rotate(mat1, c.pos) + pos1[:, None, :]
+    return jax.vmap(lambda *a: _finish(_Contact(*a), k))(
+        c.dist, pos, normal, jnp.zeros_like(normal), c.valid & visited)
 
   return collide
