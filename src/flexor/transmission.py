@@ -182,7 +182,7 @@ def transmission(m: Model, d: Data) -> Data:
 
 def _adhesion(m: Model, d: Data, body: np.ndarray) -> jax.Array:
   """Moment rows (n, nv) of body transmissions on ``body`` (n,): minus the mean, over the
-  contacts of the body (those in the gap between margin and includemargin too), of the
+  contacts of the body (those in the gap, margin <= dist < margin + gap, too), of the
   Jacobian of the contact's normal velocity (mj_transmission's mjTRN_BODY; with pyramidal cones
   MuJoCo averages the edge rows, whose mean is that Jacobian)."""
   if not m.nconmax:
