@@ -5,17 +5,20 @@ A height field is a grid of nrow x ncol elevations over the rectangle [-size_x, 
 is the top of a prism reaching down to the base, -size_base. Against a convex geom MuJoCo:
 
 1. returns nothing unless the geom's bounding sphere and then its bounding box (from its support
-   points along the frame's axes) overlap the field's box;
-2. visits the cells under the bounding box, row by row, and in each cell its two prisms, skipping
-   a prism whose three top vertices all lie below the geom's lowest point;
+   points along the frame's axes) overlap the field's box, both grown by the margin;
+2. visits the cells under the bounding box grown by the margin, row by row, and in each cell its
+   two prisms, skipping a prism whose three top vertices all lie below the geom's lowest point
+   less the margin;
 3. runs the native CCD (GJK, then EPA; ``collision_convex``) between the prism and the geom,
-   each inflated by the margin (the prism's top raised by it, the geom by half of it), and keeps
-   every penetrating one as a contact, up to ``mjMAXCONPAIR`` = 50.
+   each inflated by half the margin as in ``mjc_Convex``, so that a contact's dist is the true
+   distance and contacts come up to the margin; at most ``mjMAXCONPAIR`` = 50 a pair.
 
-flexor visits a fixed window of cells per candidate pair (``contact_pairs.hfield_window``: the
-most a geom of its bounding radius can span), placed over the sub-grid at run time; the window's
-prisms outside the sub-grid are masked out. Every prism of the window runs the CCD, so a pair's
-cost is that of 2 * columns * rows convex pairs, whether the geom is near the field or not.
+This is MuJoCo 4.0's behaviour; the 3.x source raises the prism by the margin instead and does
+not grow the sub-grid. flexor gives each candidate pair a fixed window of cells
+(``contact_pairs.hfield_window``: the most its geom's bounding radius plus the compiled margin
+can span), placed over the sub-grid at run time; the window's prisms outside the sub-grid are
+masked out and take no CCD step. Under ``vmap`` the batch still carries every prism of every
+window (see ``make_collider``).
 """
 
 from __future__ import annotations
