@@ -201,6 +201,9 @@ def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
   g1, g2 = m.collision_geom[cands, 0], m.collision_geom[cands, 1]
   t1, t2 = m.geom_type[g1], m.geom_type[g2]
   key = (int(t1[0]), int(t2[0]))
+  if key not in collision_convex.PAIRS and key[0] != GeomType.HFIELD:
+    hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
+    return jax.vmap(collision_primitive.COLLIDERS[key]), (*args, *hull)
   verts = []
   for g, t in ((g1, t1), (g2, t2)):
     mesh = np.flatnonzero(t == GeomType.MESH)
@@ -213,9 +216,6 @@ def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
   xpos1, xmat1, size1, xpos2, xmat2, size2, margin = args
   if key[0] == GeomType.HFIELD:
     return _hfield_kernel(m, cands, args, verts[1], tol)
-  if key not in collision_convex.PAIRS:
-    hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
-    return jax.vmap(collision_primitive.COLLIDERS[key]), (*args, *hull)
   collide = collision_convex.make_collider((set(t1.tolist()), set(t2.tolist())),
                                            m.opt.ccd_iterations)
   return jax.vmap(collide), (jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2,
