@@ -46,6 +46,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                      "geom_bodyid", "geom_dataid", "geom_group", "geom_priority", "geom_solmix",
                      "geom_solref", "geom_solimp", "geom_friction", "geom_margin", "geom_gap"),
     "geom_fluid": ("geom_fluid",),
+    "geom_visual": ("nmat", "geom_rgba", "geom_matid", "mat_rgba"),
     "site": ("site_bodyid", "site_sameframe", "site_pos", "site_quat", "site_size"),
     "actuator_types": ("actuator_trntype", "actuator_dyntype", "actuator_gaintype",
                        "actuator_biastype", "actuator_trnid", "actuator_group"),
@@ -75,7 +76,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "key": ("key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat"),
     "names": ("names_body", "names_jnt", "names_geom", "names_site", "names_actuator",
               "names_tendon", "names_key"),
-    "mesh": ("mesh_vertadr", "mesh_vertnum", "mesh_vert"),
+    "mesh": ("mesh_vertadr", "mesh_vertnum", "mesh_vert", "mesh_faceadr", "mesh_facenum",
+             "mesh_face"),
     "option": ("opt",),
 }
 

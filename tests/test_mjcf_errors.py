@@ -109,6 +109,10 @@ _CASES = [
      "unknown joint"),
     ("unknown_mesh", _body("<joint/><geom type='mesh' mesh='nope'/>"), 4, "geom", "mesh",
      "unknown mesh 'nope'"),
+    ("unknown_material", _body("<joint/><geom size='.1' material='nope'/>"), 4, "geom",
+     "material", "unknown material 'nope'"),
+    ("repeated_material", "<mujoco>\n<asset>\n<material name='a'/>\n<material name='a'/>\n"
+     "</asset>\n</mujoco>", 4, "material", "name", "repeated material name"),
     ("missing_mesh_file", "<mujoco>\n<asset>\n<mesh file='missing.stl'/>\n</asset>\n</mujoco>", 3,
      "mesh", "file", "missing.stl"),
     ("hfield_elevation_length", "<mujoco>\n<asset>\n<hfield name='h' nrow='2' ncol='2' "

@@ -224,7 +224,7 @@ def _stepped_states(m: mujoco.MjModel, rng: np.random.Generator) -> list[mujoco.
 
 def _load(name: str) -> tuple[mujoco.MjModel, Model]:
   with warnings.catch_warnings():
-    warnings.simplefilter("ignore")   # narrow-phase pairs flexor leaves out, rangefinders
+    warnings.simplefilter("ignore")   # narrow-phase pairs flexor leaves out
     if name in OWN:
       return mujoco.MjModel.from_xml_string(OWN[name]), flexor.load_mjcf_string(OWN[name])
     path = support.model_paths()[name]
@@ -255,7 +255,7 @@ def _types(name: str) -> list[str]:
     warnings.simplefilter("ignore")
     m = mujoco.MjModel.from_xml_string(OWN[name]) if name in OWN else \
         mujoco.MjModel.from_xml_path(support.model_paths()[name])
-  return sorted({SensorType(int(t)).name.lower() for t in m.sensor_type} - {"rangefinder"})
+  return sorted({SensorType(int(t)).name.lower() for t in m.sensor_type})
 
 
 def _cases():
@@ -284,7 +284,7 @@ def test_compiled_fields(model: str):
   mj, fm = _load(model)
   assert (fm.nsensor, fm.nsensordata) == (mj.nsensor, mj.nsensordata)
   for field in ("type", "datatype", "needstage", "objtype", "objid", "reftype", "refid", "dim",
-                "adr", "cutoff", "noise"):
+                "adr", "cutoff", "noise", "intprm"):
     np.testing.assert_array_equal(np.asarray(getattr(fm, f"sensor_{field}")),
                                   getattr(mj, f"sensor_{field}"), err_msg=field)
   names = tuple(mujoco.mj_id2name(mj, mujoco.mjtObj.mjOBJ_SENSOR, i) or ""
@@ -411,13 +411,60 @@ def test_repeated_name():
                                         "<jointvel name='x' joint='j'/>"))
 
 
-def test_rangefinder_loads_with_warning_and_reads_nan():
-  """dm_control's quadruped has site rangefinders: the model loads (MuJoCo's fields and
-  addresses), with a warning, and their sensordata is NaN rather than a wrong number."""
-  xml = _sensor_xml("<rangefinder site='s' data='dist normal'/>\n<jointpos joint='j'/>")
-  with pytest.warns(UserWarning, match="rangefinder"):
-    fm = flexor.load_mjcf_string(xml)
-  mj = mujoco.MjModel.from_xml_string(xml)
+_RANGEFINDERS = """
+<mujoco>
+  <asset>
+    <hfield name="h" nrow="3" ncol="4" size="1 1 .3 .1"
+            elevation="0 .2 .4 .6  1 .8 .6 .4  .1 .1 .9 .9"/>
+    <material name="glass" rgba="1 1 1 0"/>
+  </asset>
+  <worldbody>
+    <geom type="plane" size="4 4 .1" pos="0 0 -1"/>
+    <geom type="hfield" hfield="h" pos="2 0 -.8"/>
+    <geom type="box" size=".3 .3 .3" pos="0 0 -.5" material="glass"/>
+    <body pos="0 0 .5">
+      <freejoint/>
+      <geom type="capsule" size=".05 .2" euler="0 90 0"/>
+      <site name="down" pos=".05 .02 0" euler="180 0 0"/>
+      <site name="up" pos="-.1 0 0"/>
+      <site name="slant" pos="0 .1 0" euler="0 140 0"/>
+      <body pos="0 0 -.3">
+        <joint type="hinge" axis="1 0 0"/>
+        <geom type="cylinder" size=".1 .05" mass=".1"/>
+      </body>
+    </body>
+  </worldbody>
+  <sensor>
+    <rangefinder site="down"/>
+    <rangefinder site="down" data="dist normal"/>
+    <rangefinder site="up" data="dist dir origin point normal depth"/>
+    <rangefinder site="slant" data="dir point normal depth"/>
+    <rangefinder site="slant" cutoff=".5"/>
+  </sensor>
+</mujoco>
+"""
+
+
+def test_rangefinder_matches_mujoco():
+  """Site rangefinders with each data field, hits on the field, the plane and a child body's
+  cylinder, misses (-1), a cutoff, the transparent box ignored and the site's body excluded."""
+  mj = mujoco.MjModel.from_xml_string(_RANGEFINDERS)
+  fm = flexor.load_mjcf_string(_RANGEFINDERS)
+  np.testing.assert_array_equal(fm.sensor_intprm, mj.sensor_intprm)
   np.testing.assert_array_equal(fm.sensor_adr, mj.sensor_adr)
-  out = np.asarray(_forward(fm, make_data(fm)).sensordata)
-  assert np.all(np.isnan(out[:4])) and out[4] == 0.0
+  md = mujoco.MjData(mj)
+  rng = np.random.default_rng(1)
+  ours, theirs = [], []
+  for _ in range(12):
+    md.qpos[:3] = rng.uniform([-.5, -.5, .2], [2.5, .5, .8])
+    quat = rng.standard_normal(4)
+    md.qpos[3:7] = quat / np.linalg.norm(quat)
+    md.qpos[7] = rng.uniform(-2, 2)
+    mujoco.mj_forward(mj, md)
+    d = make_data(fm).replace(qpos=jnp.asarray(md.qpos))
+    ours.append(np.asarray(_forward(fm, d).sensordata))
+    theirs.append(md.sensordata.copy())
+  ours, theirs = np.stack(ours), np.stack(theirs)
+  np.testing.assert_allclose(ours, theirs, rtol=TOL, atol=TOL)
+  for column in (5, 28):                     # dist of "up", depth of "slant"
+    assert np.any(theirs[:, column] < 0) and np.any(theirs[:, column] > 0)

@@ -10,7 +10,7 @@ arrays, and scattered into sensordata; the only Python loop is over the types pr
 objects are looked up in one table of frames: the inertial frames of bodies (ObjType.BODY), body
 frames (XBODY), geoms and sites, in that order.
 
-A rangefinder (accepted by the compiler with a warning) reads NaN: flexor has no ray casting yet.
+Rangefinders cast their rays with ``flexor.ray``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import constraint, math, tree
+from flexor import constraint, math, ray, tree
 from flexor.rne import contact_force, rne_postconstraint
 from flexor.types import (ConstraintType, Data, DataType, DisableBit, GeomType, Model, ObjType,
                           SensorType, Stage, TrnType)
@@ -276,54 +276,6 @@ def _tendonactfrc(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   return (jnp.asarray(select, dtype=force.dtype) @ force)[:, None]
 
 
-def _ray_hit(site_type: int, size: jax.Array, pnt: jax.Array, vec: jax.Array) -> jax.Array:
-  """Whether rays (..., 3) from pnt along vec, in a site's local frame, meet its volume
-  (mju_rayGeom(...) >= 0) for one GeomType; size (..., 3)."""
-  def quad(a, b, c):
-    """ray_quad's roots x0 <= x1 of a x^2 + 2 b x + c, (-1, -1) without real finite ones."""
-    det = b * b - a * c
-    ok = (det >= 0) & (a >= math.MINVAL)
-    root = jnp.sqrt(jnp.where(ok, det, 0.0))
-    a_safe = jnp.where(ok, a, 1.0)
-    return jnp.where(ok, (-b - root) / a_safe, -1.0), jnp.where(ok, (-b + root) / a_safe, -1.0)
-
-  dot = lambda u, v: jnp.sum(u * v, axis=-1)
-  r, h = size[..., 0], size[..., 1]
-  if site_type in (GeomType.SPHERE, GeomType.ELLIPSOID):
-    scale = 1.0 / (size * size) if site_type == GeomType.ELLIPSOID else 1.0 / (r * r)[..., None]
-    _, x1 = quad(dot(scale * vec, vec), dot(scale * vec, pnt), dot(scale * pnt, pnt) - 1.0)
-    return x1 >= 0
-  if site_type == GeomType.BOX:
-    hit = jnp.zeros(pnt.shape[:-1], dtype=bool)
-    for i, (j, k) in enumerate(((1, 2), (0, 2), (0, 1))):
-      moving = jnp.abs(vec[..., i]) > math.MINVAL
-      safe = jnp.where(moving, vec[..., i], 1.0)
-      for side in (-1.0, 1.0):
-        sol = (side * size[..., i] - pnt[..., i]) / safe
-        p0, p1 = pnt[..., j] + sol * vec[..., j], pnt[..., k] + sol * vec[..., k]
-        hit |= moving & (sol >= 0) & (jnp.abs(p0) <= size[..., j]) & (jnp.abs(p1) <= size[..., k])
-    return hit
-  # capsule and cylinder: the round side between the flat sides
-  x0, x1 = quad(vec[..., 0]**2 + vec[..., 1]**2,
-                vec[..., 0] * pnt[..., 0] + vec[..., 1] * pnt[..., 1],
-                pnt[..., 0]**2 + pnt[..., 1]**2 - r * r)
-  sol = jnp.where(x0 >= 0, x0, x1)
-  hit = (sol >= 0) & (jnp.abs(pnt[..., 2] + sol * vec[..., 2]) <= h)
-  if site_type == GeomType.CAPSULE:
-    for side in (-1.0, 1.0):
-      ldif = pnt - jnp.stack([jnp.zeros_like(h), jnp.zeros_like(h), side * h], axis=-1)
-      for x in quad(dot(vec, vec), dot(vec, ldif), dot(ldif, ldif) - r * r):
-        hit |= (x >= 0) & (side * (pnt[..., 2] + x * vec[..., 2]) >= h)
-    return hit
-  moving = jnp.abs(vec[..., 2]) > math.MINVAL
-  safe = jnp.where(moving, vec[..., 2], 1.0)
-  for side in (-1.0, 1.0):
-    sol = (side * h - pnt[..., 2]) / safe
-    p0, p1 = pnt[..., 0] + sol * vec[..., 0], pnt[..., 1] + sol * vec[..., 1]
-    hit |= moving & (sol >= 0) & (p0 * p0 + p1 * p1 <= r * r)
-  return hit
-
-
 def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   """Normal forces of the contacts of the site's body whose normal ray, from the contact point
   away from that body, meets the site's volume (n, 1)."""
@@ -336,23 +288,21 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   on1, on2 = body == body1[None, :], body == body2[None, :]              # (n, nconmax)
   normal = contact_force(m, d)[:, 0]
   away = jnp.where(on2, -1.0, 1.0).astype(d.qpos.dtype)                  # no float64 promotion
-  ray = d.contact_frame[None, :, 0] * away[..., None]                      # (n, nconmax, 3)
-  mat = d.site_xmat[site]
-  pnt = jnp.einsum("nji,nkj->nki", mat, d.contact_pos[None] - d.site_xpos[site][:, None])
-  vec = jnp.einsum("nji,nkj->nki", mat, ray)
-  size = jnp.broadcast_to(m.site_size[site][:, None], pnt.shape)
+  vec = d.contact_frame[None, :, 0] * away[..., None]                      # (n, nconmax, 3)
+  pos, mat, size = d.site_xpos[site], d.site_xmat[site], m.site_size[site]
   hit = jnp.zeros(on1.shape, dtype=bool)
   for site_type in np.unique(m.site_type[site]):
+    cast = jax.vmap(jax.vmap(ray.PRIMITIVES[int(site_type)], (None, None, None, 0, 0)),
+                    (0, 0, 0, None, 0))
     mine = (m.site_type[site] == site_type)[:, None]
-    hit = jnp.where(mine, _ray_hit(int(site_type), size, pnt, vec), hit)
+    hit = jnp.where(mine, cast(pos, mat, size, d.contact_pos, vec)[0] >= 0, hit)
   use = (on1 | on2) & hit & (normal > 0)[None, :]
   return jnp.sum(jnp.where(use, normal[None, :], 0.0), axis=-1)[:, None]
 
 
 _POS: dict[int, _Compute] = {
     S.MAGNETOMETER: _magnetometer,
-    S.RANGEFINDER: lambda m, d, ids: jnp.full((len(ids), m.sensor_dim[ids[0]]), jnp.nan,
-                                              d.qpos.dtype),
+    S.RANGEFINDER: ray.rangefinder,
     S.JOINTPOS: lambda m, d, ids: d.qpos[m.jnt_qposadr[_objid(m, ids)]][:, None],
     S.TENDONPOS: lambda m, d, ids: d.ten_length[_objid(m, ids)][:, None],
     S.ACTUATORPOS: lambda m, d, ids: d.actuator_length[_outputs(m, ids)],

@@ -530,12 +530,14 @@ class Model(_Node):
   nsite: int
   nmesh: int
   nmeshvert: int
+  nmeshface: int
   nmeshgraph: int               # length of mesh_graph
   nmeshpoly: int                # mesh polygons (coplanar hull faces merged)
   nmeshpolyvert: int
   nmeshpolymap: int
   nhfield: int
   nhfielddata: int              # length of hfield_data
+  nmat: int                     # materials
   ntendon: int
   nwrap: int
   nmocap: int
@@ -633,6 +635,10 @@ class Model(_Node):
   geom_margin: jax.Array = _field("ngeom", fill=0.0)
   geom_gap: jax.Array = _field("ngeom", fill=0.0)
   geom_fluid: jax.Array = _field("ngeom", 12, fill=0.0)  # ellipsoid fluid model, see passive
+  # appearance: rays (flexor.ray) pass through geoms whose colour, or material's, is transparent
+  geom_rgba: np.ndarray = _field("ngeom", 4, fill=(0.5, 0.5, 0.5, 1.0))
+  geom_matid: np.ndarray = _field("ngeom", fill=-1)
+  mat_rgba: np.ndarray = _field("nmat", 4, fill=(1.0, 1.0, 1.0, 1.0))
 
   # sites
   site_bodyid: np.ndarray = _field("nsite")
@@ -653,6 +659,9 @@ class Model(_Node):
   mesh_vertadr: np.ndarray = _field("nmesh", fill=0)
   mesh_vertnum: np.ndarray = _field("nmesh", fill=0)
   mesh_vert: jax.Array = _field("nmeshvert", 3, fill=0.0)
+  mesh_faceadr: np.ndarray = _field("nmesh", fill=0)
+  mesh_facenum: np.ndarray = _field("nmesh", fill=0)
+  mesh_face: np.ndarray = _field("nmeshface", 3, fill=0)  # triangles (mesh vertex ids): rays
   mesh_graphadr: np.ndarray = _field("nmesh", fill=-1)
   mesh_graph: np.ndarray = _field("nmeshgraph", fill=0)
   mesh_extrema: np.ndarray = _field("nmesh", 27, fill=0)
@@ -766,6 +775,7 @@ class Model(_Node):
   sensor_reftype: np.ndarray = _field("nsensor", fill=0)    # ObjType of the reference frame
   sensor_refid: np.ndarray = _field("nsensor", fill=-1)     # -1: world frame
   sensor_dim: np.ndarray = _field("nsensor", fill=1)
+  sensor_intprm: np.ndarray = _field("nsensor", 3, fill=0)  # rangefinder: mjRAYDATA bits
   sensor_adr: np.ndarray = _field("nsensor", derived=True)
   sensor_cutoff: jax.Array = _field("nsensor", fill=0.0)    # clamp of |value|; 0: none
   sensor_noise: jax.Array = _field("nsensor", fill=0.0)     # noise std dev, for users: not added

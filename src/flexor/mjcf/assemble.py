@@ -201,6 +201,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       nbody=nbody, njnt=njnt,
       ngeom=len(f["geom_type"]), nsite=len(f["site_bodyid"]),
       nmesh=len(f.get("mesh_vertadr", ())), nmeshvert=len(f.get("mesh_vert", ())),
+      nmeshface=len(f.get("mesh_face", ())), nmat=len(f.get("mat_rgba", ())),
       nmeshgraph=len(f.get("mesh_graph", ())), nmeshpoly=len(f.get("mesh_polyvertadr", ())),
       nmeshpolyvert=len(f.get("mesh_polyvert", ())), nmeshpolymap=len(f.get("mesh_polymap", ())),
       nhfield=len(f.get("hfield_nrow", ())), nhfielddata=len(f.get("hfield_data", ())),

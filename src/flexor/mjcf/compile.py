@@ -135,12 +135,21 @@ def _option(source: Source, dtype: Any):
 
 
 def _assets(source: Source, defaults: Defaults, compiler: Compiler):
-  """Meshes and height fields by name: {name: (id, MeshInfo)}, {name: (id, hfield.HField)}."""
+  """Meshes, height fields and materials by name: {name: (id, MeshInfo)},
+  {name: (id, hfield.HField)}, {name: (id, rgba (4,))}."""
   meshes: dict[str, tuple[int, Any]] = {}
   hfields: dict[str, tuple[int, hfield.HField]] = {}
+  materials: dict[str, tuple[int, np.ndarray]] = {}
   for asset in source.sections("asset"):
     for element in asset:
-      if element.tag == "mesh":
+      if element.tag == "material":
+        r = Reader(source, attributes(defaults, element))
+        name = element.get("name", "")
+        if name and name in materials:
+          raise r.error(f"repeated material name {name!r}", "name")
+        rgba = np.float32(r.floats("rgba", 4, (1.0, 1.0, 1.0, 1.0)))  # float in mjModel
+        materials[name] = (len(materials), rgba)
+      elif element.tag == "mesh":
         r = Reader(source, attributes(defaults, element))
         name = element.get("name")
         file = r.text("file")
@@ -198,7 +207,7 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
           attribute, message = str(e).split(": ", 1)
           raise r.error(message, attribute) from None
         hfields[name or ""] = (len(hfields), compiled)
-  return meshes, hfields
+  return meshes, hfields, materials
 
 
 def _hull(source: Source, info: Any, colliding: bool) -> np.ndarray | None:
@@ -247,7 +256,10 @@ def _mesh_fields(source: Source, infos: list[Any], colliding: set[int]) -> dict[
   mapnum = np.array([len(p) for p in polymap], np.int32)
   cumulative = lambda n: (np.cumsum(n) - n).astype(np.int32)
   graph = [g for g in graphs if g is not None]
+  facenum = np.array([len(info.face) for info in infos], np.int32)
   return dict(mesh_vertadr=cumulative(num), mesh_vertnum=num, mesh_vert=vert.reshape(-1, 3),
+              mesh_faceadr=cumulative(facenum), mesh_facenum=facenum,
+              mesh_face=np.concatenate([info.face for info in infos]).astype(np.int32),
               mesh_graphadr=np.where([g is None for g in graphs], -1,
                                      cumulative(np.array(sizes))).astype(np.int32),
               mesh_graph=np.concatenate(graph) if graph else np.zeros(0, np.int32),
@@ -272,7 +284,8 @@ def _colliding_meshes(fields: dict[str, Any], paired: set[str]) -> set[int]:
 def _discard_visual(tree: Tree, infos: list[Any], paired: set[str]) -> list[Any]:
   """``<compiler discardvisual>``: drops geoms that neither collide nor are collided with (by
   contype/conaffinity or a ``<pair>``, names in ``paired``) nor use the ellipsoid fluid model
-  (after they counted for inertia, as in MuJoCo) and the meshes no remaining geom uses."""
+  (after they counted for inertia, as in MuJoCo), the meshes no remaining geom uses, and every
+  material."""
   g = tree.geom
   keep = [i for i in range(len(g["type"]))
           if g["contype"][i] or g["conaffinity"][i] or g["fluid"][i][0] > 0
@@ -282,6 +295,7 @@ def _discard_visual(tree: Tree, infos: list[Any], paired: set[str]) -> list[Any]
   used = sorted({d for d, t in zip(g["dataid"], g["type"]) if t == GeomType.MESH})
   remap = {old: new for new, old in enumerate(used)}
   g["dataid"] = [remap[d] if t == GeomType.MESH else d for d, t in zip(g["dataid"], g["type"])]
+  g["matid"] = [-1] * len(keep)  # materials are visual: all are discarded
   return [infos[i] for i in used]
 
 
@@ -362,17 +376,21 @@ def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str,
   compiler = _compiler(source)
   option = _option(source, dtype)
   defaults = Defaults(source)
-  meshes, hfields = _assets(source, defaults, compiler)
-  builder = TreeCompiler(source, defaults, compiler, meshes, hfields)
+  meshes, hfields, materials = _assets(source, defaults, compiler)
+  builder = TreeCompiler(source, defaults, compiler, meshes, hfields, materials)
   tree = builder.compile()
   check_unique_names(source, tree)
   infos = [info for _, info in sorted(meshes.values(), key=lambda item: item[0])]
   if compiler.discardvisual:
     infos = _discard_visual(tree, infos, paired_geom_names(source))
+    materials = {}
   fields = builder.finish()
   fields["site_type"] = np.array(tree.site["type"], dtype=np.int32)
   fields.update(_mesh_fields(source, infos, _colliding_meshes(fields, paired_geom_names(source))))
   fields.update(hfield.hfield_fields([h for _, h in sorted(hfields.values(), key=lambda i: i[0])]))
+  fields["mat_rgba"] = np.array([rgba for _, rgba in sorted(materials.values(),
+                                                          key=lambda i: i[0])],
+                               np.float64).reshape(-1, 4)
   names = {kind: Names(source, label, fields[f"names_{kind}"])
            for kind, label in (("body", "body"), ("jnt", "joint"), ("geom", "geom"),
                                ("site", "site"))}

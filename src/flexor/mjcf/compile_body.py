@@ -81,7 +81,7 @@ def _new_tree() -> Tree:
                    "element".split()},
               geom={k: [] for k in "type contype conaffinity condim bodyid dataid group priority "
                     "solmix solref solimp size rbound pos quat friction margin gap fluid name "
-                    "element mass inertia".split()},
+                    "element mass inertia rgba matid".split()},
               site={k: [] for k in "bodyid pos quat size type name element".split()},
               qpos0=[], qpos_spring=[])
 
@@ -90,9 +90,10 @@ class TreeCompiler:
   """Walks ``<worldbody>`` and fills a :class:`Tree`."""
 
   def __init__(self, source: Source, defaults: Defaults, compiler: Compiler,
-               meshes: dict[str, tuple[int, Any]], hfields: dict[str, tuple[int, Any]]):
+               meshes: dict[str, tuple[int, Any]], hfields: dict[str, tuple[int, Any]],
+               materials: dict[str, tuple[int, np.ndarray]]):
     self.source, self.defaults, self.compiler = source, defaults, compiler
-    self.meshes, self.hfields = meshes, hfields
+    self.meshes, self.hfields, self.materials = meshes, hfields, materials
     self.tree = _new_tree()
 
   # ----------------------------------------------------------------- helpers
@@ -400,6 +401,9 @@ class TreeCompiler:
       raise r.error(f"condim must be 1, 3, 4 or 6, got {condim}", "condim")
     if r.float("adhesion", 0.0):
       raise r.error("contact adhesion is not supported by flexor yet", "adhesion")
+    material = r.text("material")
+    if material is not None and material not in self.materials:
+      raise r.error(f"unknown material {material!r}", "material")
     values = dict(
         type=int(gtype), contype=r.int("contype", 1), conaffinity=r.int("conaffinity", 1),
         condim=condim, bodyid=bodyid, dataid=dataid, group=r.int("group", 0),
@@ -411,6 +415,8 @@ class TreeCompiler:
         margin=r.float("margin", 0.0), gap=r.float("gap", 0.0),
         fluid=geom_fluid(gtype, size, r.keyword("fluidshape", _FLUID_SHAPES, 0),
                          r.floats("fluidcoef", 5, FLUID_COEF, at_most=True)),
+        rgba=np.float32(r.floats("rgba", 4, (0.5, 0.5, 0.5, 1.0))),  # float in mjModel
+        matid=-1 if material is None else self.materials[material][0],
         name=element.get("name", ""), element=element, mass=gmass, inertia=ginertia)
     for key, value in values.items():
       g[key].append(value)
@@ -556,7 +562,8 @@ class TreeCompiler:
         geom_pos=arr(g["pos"], (3,)), geom_quat=arr(g["quat"], (4,)),
         geom_friction=arr(g["friction"], (3,)), geom_margin=arr(g["margin"], ()),
         geom_gap=arr(g["gap"], ()), geom_sameframe=arr(geom_sameframe, (), np.int32),
-        geom_fluid=arr(g["fluid"], (12,)),
+        geom_fluid=arr(g["fluid"], (12,)), geom_rgba=arr(g["rgba"], (4,)),
+        geom_matid=arr(g["matid"], (), np.int32),
         site_bodyid=arr(s["bodyid"], (), np.int32), site_pos=arr(s["pos"], (3,)),
         site_quat=arr(s["quat"], (4,)), site_size=arr(s["size"], (3,)),
         site_sameframe=arr(site_sameframe, (), np.int32),

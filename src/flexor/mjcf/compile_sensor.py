@@ -6,14 +6,13 @@ Each tag names one mjtSensor. Its object is given by one attribute (``site``, ``
 optional reference frame ``reftype``/``refname``. Datatype, stage and dimension follow from the
 type; an actuator sensor reports one value per force output.
 
-flexor computes every type in ``flexor.sensor``'s table. A site-attached ``rangefinder``
-(dm_control's quadruped has twenty) compiles with MuJoCo's fields and a warning, and its
-sensordata stays NaN: flexor has no ray casting yet. Any other type raises MJCFError.
+flexor computes every type in ``flexor.sensor``'s table, site-attached rangefinders included
+(``sensor_intprm[:, 0]`` holds the bits of their ``data`` fields); any other type, and a
+rangefinder on a camera, raises MJCFError.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -106,19 +105,20 @@ def _frame_object(r: Reader, names: dict[str, Names], type_attr: str,
   return int(objtype), names[_FRAME_NAMES[objtype]](r, name_attr, _FRAME_NAMES[objtype])
 
 
-def _rangefinder_dim(r: Reader) -> int:
-  """Values per ray of the ``data`` keywords (which must be in mjRAYDATA order)."""
+def _rangefinder_data(r: Reader) -> tuple[int, int]:
+  """(values per ray, mjRAYDATA bit mask) of the ``data`` keywords, which must be in
+  mjRAYDATA order."""
   keys = (r.text("data") or "dist").split()
   last = -1
-  dim = 0
+  dim = spec = 0
   for key in keys:
     if key not in _RAYDATA:
       raise r.error(f"invalid keyword {key!r}; expected some of {', '.join(_RAYDATA)}", "data")
     order, size = _RAYDATA[key]
     if order <= last:
       raise r.error(f"data attributes must be in order: {', '.join(_RAYDATA)}", "data")
-    last, dim = order, dim + size
-  return dim
+    last, dim, spec = order, dim + size, spec | 1 << order
+  return dim, spec
 
 
 def compile_sensors(source: Source, names: dict[str, Names],
@@ -141,7 +141,7 @@ def compile_sensors(source: Source, names: dict[str, Names],
   n_user = nuser(source, "sensor")
   rows: dict[str, list[Any]] = {k: [] for k in ("type", "datatype", "needstage", "objtype",
                                                 "objid", "reftype", "refid", "dim", "cutoff",
-                                                "noise")}
+                                                "noise", "intprm")}
   sensor_names: list[str] = []
   for section in source.sections("sensor"):
     for element in section:
@@ -187,10 +187,9 @@ def compile_sensors(source: Source, names: dict[str, Names],
         raise r.error("tendon must be limited in sensor", attr)
       if objtype == ObjType.ACTUATOR:
         dim = int(outnum[objid])
+      intprm = 0
       if stype == S.RANGEFINDER:
-        dim = _rangefinder_dim(r)
-        warnings.warn(str(r.error("rangefinder sensors are not supported by flexor yet: their "
-                                  "sensordata is NaN")), stacklevel=2)
+        dim, intprm = _rangefinder_data(r)
       datatype = _DATATYPE.get(stype, DataType.REAL)
       if cutoff > 0 and datatype in (DataType.AXIS, DataType.QUATERNION):
         raise r.error("cutoff applied to axis or quaternion datatype in sensor", "cutoff")
@@ -201,9 +200,11 @@ def compile_sensors(source: Source, names: dict[str, Names],
       stage = Stage.ACC if stype in _ACC else Stage.VEL if stype in _VEL else Stage.POS
       for key, value in (("type", stype), ("datatype", datatype), ("needstage", stage),
                          ("objtype", objtype), ("objid", objid), ("reftype", reftype),
-                         ("refid", refid), ("dim", dim), ("cutoff", cutoff), ("noise", noise)):
-        rows[key].append(int(value) if key not in ("cutoff", "noise") else value)
+                         ("refid", refid), ("dim", dim), ("cutoff", cutoff), ("noise", noise),
+                         ("intprm", (intprm, 0, 0))):
+        rows[key].append(value if key in ("cutoff", "noise", "intprm") else int(value))
   out: dict[str, Any] = {f"sensor_{k}": np.array(v, dtype=np.float64 if k in ("cutoff", "noise")
                                                   else np.int32) for k, v in rows.items()}
+  out["sensor_intprm"] = out["sensor_intprm"].reshape(-1, 3)
   out["names_sensor"] = tuple(sensor_names)
   return out
