@@ -390,8 +390,9 @@ def _sensor_xml(sensor: str) -> str:
     ("<framepos objtype='site' objname='nope'/>", "framepos", "objname", "unknown site"),
     ("<framepos objtype='site' objname='s' reftype='geom' refname='nope'/>", "framepos",
      "refname", "unknown geom"),
-    ("<distance geom1='g' geom2='g'/>", "distance", None, "not supported by flexor yet"),
-    ("<e_potential/>", "e_potential", None, "not supported by flexor yet"),
+    ("<distance geom1='g' geom2='g'/>", "distance", None, "must be different"),
+    ("<distance geom1='g' body1='b' geom2='g'/>", "distance", "geom1", "exactly one"),
+    ("<fromto body2='b'/>", "fromto", "geom1", "exactly one"),
     ("<framepos objtype='camera' objname='c'/>", "framepos", "objtype", "not supported"),
     ("<jointpos joint='j' noise='-1'/>", "jointpos", "noise", "negative noise"),
     ("<framequat objtype='site' objname='s' cutoff='1'/>", "framequat", "cutoff", "cutoff"),
@@ -468,3 +469,175 @@ def test_rangefinder_matches_mujoco():
   np.testing.assert_allclose(ours, theirs, rtol=TOL, atol=TOL)
   for column in (5, 28):                     # dist of "up", depth of "slant"
     assert np.any(theirs[:, column] < 0) and np.any(theirs[:, column] > 0)
+
+
+_ENERGY = """
+<mujoco>
+  <option><flag energy="{energy}"/></option>
+  <worldbody>
+    <body pos="0 0 1">
+      <freejoint/>
+      <geom size=".1" mass="2"/>
+      <body pos=".3 0 0">
+        <joint name="h" axis="0 1 0" stiffness="3 1 2" springref=".2" springyield="{yld}"/>
+        <geom size=".05" mass=".5"/>
+        <site name="s1"/>
+        <body pos=".2 0 0">
+          <joint type="ball" stiffness="2 .5 .7"/>
+          <geom size=".04" mass=".3"/>
+          <body pos=".1 0 0">
+            <joint type="slide" stiffness="5" springref=".05"/>
+            <geom size=".03" mass=".2"/>
+            <site name="s3"/>
+          </body>
+        </body>
+      </body>
+    </body>
+    <body pos="0 2 1">
+      <joint type="free" stiffness="4 1 2"/>
+      <geom size=".1"/>
+    </body>
+  </worldbody>
+  <tendon>
+    <spatial stiffness="7 3 1" springlength=".25 .3"><site site="s1"/><site site="s3"/></spatial>
+    <fixed stiffness="2" springlength=".1"><joint joint="h" coef="1"/></fixed>
+  </tendon>
+  <sensor>{sensors}</sensor>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("energy,sensors,yld", [
+    ("enable", "", 0), ("disable", "<e_potential/><e_kinetic/>", 0), ("enable", "", 0.5),
+    ("disable", "<e_kinetic/>", 0)])
+def test_energy_matches_mujoco(energy: str, sensors: str, yld: float):
+  """d.energy and the energy sensors over 60 steps, as MuJoCo: gravity, joint springs of every
+  type with polynomial profiles, plastic references (springyield), a tendon's dead band; with
+  the energy flag, or only where e_potential computes them (without it, zeros)."""
+  xml = _ENERGY.format(energy=energy, sensors=sensors, yld=yld)
+  mj, fm = mujoco.MjModel.from_xml_string(xml), flexor.load_mjcf_string(xml)
+  md, d = mujoco.MjData(mj), make_data(fm)
+  rng = np.random.default_rng(0)
+  step = jax.jit(flexor.step)
+  for i in range(60):
+    if i % 20 == 0:
+      md.qvel[:] = rng.standard_normal(mj.nv)
+      d = d.replace(qvel=jnp.asarray(md.qvel))
+    mujoco.mj_step(mj, md)
+    d = step(fm, d)
+    np.testing.assert_allclose(np.asarray(d.energy), md.energy, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(d.sensordata), md.sensordata, rtol=1e-12, atol=1e-12)
+  assert (md.energy[0] != 0) == (energy == "enable" or "e_potential" in sensors)
+
+
+def _sensordata_at(mj: mujoco.MjModel, fm: Model, qpos: np.ndarray):
+  """Sensordata (n, nsensordata) of flexor (jit and vmap over the states) and MuJoCo at qpos."""
+  ours = jax.jit(jax.vmap(lambda q: _forward(fm, make_data(fm).replace(qpos=q)).sensordata))(
+      jnp.asarray(qpos))
+  md, theirs = mujoco.MjData(mj), []
+  for q in qpos:
+    md.qpos[:] = q
+    mujoco.mj_forward(mj, md)
+    theirs.append(md.sensordata.copy())
+  return np.asarray(ours), np.stack(theirs)
+
+
+_INSIDE = """
+<mujoco>
+  <worldbody>
+    <site name="sphere" type="sphere" size=".3"/>
+    <site name="capsule" type="capsule" size=".2 .3" pos=".2 0 0" euler="20 30 0"/>
+    <site name="ellipsoid" type="ellipsoid" size=".3 .2 .4" euler="0 10 20"/>
+    <site name="cylinder" type="cylinder" size=".25 .2" euler="40 0 10"/>
+    <site name="box" type="box" size=".3 .2 .25" euler="5 15 25"/>
+    <body name="a" pos="0 0 .1">
+      <freejoint/>
+      <geom name="ga" size=".05" pos=".1 0 0"/>
+      <site name="sa" pos="0 .1 0"/>
+      <body name="massless" pos=".1 .1 0">
+        <body pos=".05 0 0"><geom size=".01" pos=".02 0 0"/></body>
+      </body>
+    </body>
+  </worldbody>
+  <sensor>{sensors}</sensor>
+</mujoco>
+"""
+
+
+def test_insidesite_matches_mujoco():
+  """insidesite for every site volume and object type (a massless body by its subtree's centre
+  of mass), over random poses in and out of the sites."""
+  sensors = "".join(f'<insidesite site="{site}" objtype="{kind}" objname="{name}"/>'
+                    for site in ("sphere", "capsule", "ellipsoid", "cylinder", "box")
+                    for kind, name in (("body", "a"), ("xbody", "a"), ("geom", "ga"),
+                                       ("site", "sa"), ("body", "massless")))
+  xml = _INSIDE.format(sensors=sensors)
+  mj, fm = mujoco.MjModel.from_xml_string(xml), flexor.load_mjcf_string(xml)
+  for field in ("type", "datatype", "needstage", "objtype", "objid", "reftype", "refid"):
+    np.testing.assert_array_equal(getattr(fm, f"sensor_{field}"), getattr(mj, f"sensor_{field}"))
+  rng = np.random.default_rng(0)
+  qpos = np.tile(mj.qpos0, (60, 1))
+  qpos[:, :3] = rng.uniform(-.45, .45, (60, 3))
+  quat = rng.standard_normal((60, 4))
+  qpos[:, 3:7] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
+  ours, theirs = _sensordata_at(mj, fm, qpos)
+  np.testing.assert_array_equal(ours, theirs)
+  assert 0.05 < theirs.mean() < 0.95
+
+
+_DISTANCES = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="3 3 .1"/>
+    <body name="a" pos="0 0 .5">
+      <freejoint/>
+      <geom name="s" size=".1"/>
+      <geom name="c" type="capsule" size=".05 .2" pos=".3 0 0" euler="0 70 0"/>
+      <geom name="b" type="box" size=".1 .15 .05" pos="-.3 0 0" euler="10 20 30"/>
+    </body>
+    <body name="z" pos=".2 .4 .4">
+      <freejoint/>
+      <geom name="s2" size=".12"/>
+      <geom name="y" type="cylinder" size=".1 .1" pos="0 .3 0"/>
+      <geom name="e" type="ellipsoid" size=".1 .1 .2" pos="0 -.3 0"/>
+    </body>
+  </worldbody>
+  <sensor>{sensors}</sensor>
+</mujoco>
+"""
+
+
+def test_geom_distance_sensors_match_mujoco():
+  """distance, normal and fromto sensors between geoms and bodies of the primitive pair types,
+  within their cutoffs and beyond (the cutoff, zeros), deep penetrations clipped by the cutoff,
+  over random poses."""
+  sensors = """
+    <distance geom1="s" geom2="s2" cutoff="1"/> <distance geom1="floor" geom2="c" cutoff=".6"/>
+    <normal geom1="c" geom2="s2" cutoff="2"/> <fromto geom1="y" geom2="s" cutoff="1"/>
+    <fromto body1="a" geom2="floor" cutoff=".7"/> <distance body1="a" geom2="s2" cutoff=".5"/>
+    <fromto geom1="b" geom2="floor" cutoff="1"/> <distance geom1="c" geom2="b" cutoff=".1"/>
+    <normal geom1="floor" geom2="y" cutoff="3"/> <distance geom1="s2" geom2="c" cutoff=".3"/>
+    <fromto geom1="b" geom2="s2" cutoff="1"/> <distance geom1="floor" geom2="s" cutoff=".05"/>"""
+  xml = _DISTANCES.format(sensors=sensors)
+  mj, fm = mujoco.MjModel.from_xml_string(xml), flexor.load_mjcf_string(xml)
+  for field in ("type", "datatype", "needstage", "objtype", "objid", "reftype", "refid", "dim"):
+    np.testing.assert_array_equal(getattr(fm, f"sensor_{field}"), getattr(mj, f"sensor_{field}"))
+  rng = np.random.default_rng(0)
+  qpos = np.tile(mj.qpos0, (40, 1))
+  qpos[:, :3] = rng.uniform([-.3, -.3, 0], [.3, .3, .6], (40, 3))
+  qpos[:, 7:10] = qpos[:, :3] + rng.uniform(-.4, .4, (40, 3))
+  for adr in (3, 10):
+    quat = rng.standard_normal((40, 4))
+    qpos[:, adr:adr + 4] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
+  ours, theirs = _sensordata_at(mj, fm, qpos)
+  np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-10)
+  dist = theirs[:, mj.sensor_adr[mj.sensor_type == SensorType.GEOMDIST]]
+  cutoff = mj.sensor_cutoff[mj.sensor_type == SensorType.GEOMDIST]
+  assert np.any(dist < cutoff) and np.any(dist == cutoff) and np.any(dist == -cutoff)
+
+
+def test_geom_distance_refuses_convex_pairs():
+  """Pairs MuJoCo measures with its convex solver (here sphere-ellipsoid) are refused."""
+  xml = _DISTANCES.format(sensors='<distance geom1="s" geom2="e" cutoff="1"/>')
+  with pytest.raises(MJCFError, match="sphere-ellipsoid geoms are not supported"):
+    flexor.load_mjcf_string(xml)

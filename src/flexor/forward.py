@@ -12,8 +12,9 @@ Stages, as in MuJoCo's ``engine_forward.c``:
   ``flexor.noslip`` where opt.noslip_iterations is set);
 
 with the sensors of each stage (``flexor.sensor``) after fwd_position, fwd_velocity and
-fwd_constraint, as mj_forward calls mj_sensorPos/Vel/Acc; and ``inverse`` runs the first two,
-then ``inv_acceleration`` (qfrc_inverse from qacc).
+fwd_constraint, as mj_forward calls mj_sensorPos/Vel/Acc, and the energies (``sensor.energy``)
+after fwd_velocity; and ``inverse`` runs the first two, then ``inv_acceleration`` (qfrc_inverse
+from qacc).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from flexor import actuation, collision, constraint, kinematics, noslip, solver,
 from flexor.crb import armature, crb, factor_m, solve_m, tendon_bias
 from flexor.passive import passive
 from flexor.rne import rne, rne_bias
-from flexor.sensor import sensor_acc, sensor_pos, sensor_vel
+from flexor.sensor import energy, sensor_acc, sensor_pos, sensor_vel
 from flexor.tendon import tendon, tendon_velocity
-from flexor.types import ContactGradient, Data, DisableBit, Model
+from flexor.types import ContactGradient, Data, DisableBit, EnableBit, Model
 
 
 def fwd_position(m: Model, d: Data) -> Data:
@@ -123,6 +124,7 @@ def forward(m: Model, d: Data, sensors: bool = True) -> Data:
     d = sensor_pos(m, d) if sensors else d
     d = fwd_velocity(m, d)
     d = sensor_vel(m, d) if sensors else d
+    d = energy(m, d, sensors)
     d = fwd_actuation(m, d)
     d = fwd_acceleration(m, d)
     d = fwd_constraint(m, d)
@@ -154,11 +156,14 @@ def inv_acceleration(m: Model, d: Data) -> Data:
 def inverse(m: Model, d: Data) -> Data:
   """Computes qfrc_inverse (nv,), the generalised force that produces the given qacc (mj_inverse).
 
-  Runs fwd_position, fwd_velocity and inv_acceleration. qfrc_inverse equals qfrc_applied +
-  qfrc_actuator + J' xfrc_applied of a forward pass that produced qacc.
+  Runs fwd_position, fwd_velocity and inv_acceleration (and the energies with
+  EnableBit.ENERGY). qfrc_inverse equals qfrc_applied + qfrc_actuator + J' xfrc_applied of a
+  forward pass that produced qacc.
   """
   with jax.named_scope("inverse"):
     d = fwd_position(m, d)
     d = fwd_velocity(m, d)
+    if m.opt.enabled(EnableBit.ENERGY):
+      d = energy(m, d)
     d = inv_acceleration(m, d)
   return d

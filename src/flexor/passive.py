@@ -77,7 +77,7 @@ def reflected(m: Model, value: jax.Array, target: str) -> jax.Array:
   return jax.ops.segment_sum(value[acts] * gear2, m.actuator_trnid[acts, 0], num_segments=count)
 
 
-def _spring_reference(m: Model, d: Data) -> jax.Array:
+def spring_reference(m: Model, d: Data) -> jax.Array:
   """Joint spring reference (nq,): qpos_spring, with the plastic joints' state substituted."""
   ref = m.qpos_spring
   plastic = np.flatnonzero(m.jnt_plasticadr >= 0)
@@ -93,7 +93,7 @@ def _joint_spring(m: Model, d: Data) -> jax.Array:
   """Joint spring forces (nv,); quaternion displacements via quat_sub."""
   qfrc = jnp.zeros(m.nv, dtype=d.qpos.dtype)
   jtype = m.jnt_type
-  ref = _spring_reference(m, d)
+  ref = spring_reference(m, d)
   k, spoly = m.jnt_stiffness, m.jnt_stiffnesspoly
 
   scalar = np.flatnonzero((jtype == JointType.HINGE) | (jtype == JointType.SLIDE))
@@ -147,7 +147,7 @@ def _dof_damper(m: Model, d: Data) -> jax.Array:
   return -d.qvel * poly_force(damping, poly, d.qvel, True)
 
 
-def _tendon_spring_range(m: Model, d: Data) -> jax.Array:
+def tendon_spring_range(m: Model, d: Data) -> jax.Array:
   """Spring dead band (ntendon, 2) of each tendon: tendon_lengthspring or its plastic state."""
   band = m.tendon_lengthspring
   plastic = np.flatnonzero(m.tendon_plasticadr >= 0)
@@ -168,7 +168,7 @@ def tendon_forces(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
   if not (spring or damper):
     return zero, zero
   if spring:
-    band = _tendon_spring_range(m, d)
+    band = tendon_spring_range(m, d)
     lower, upper = band[:, 0], band[:, 1]
     x = jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
     frc_spring = -x * poly_force(m.tendon_stiffness, m.tendon_stiffnesspoly, x, False)

@@ -2,15 +2,22 @@
 
 Each stage fills the sensordata entries of the sensors whose ``sensor_needstage`` is its stage,
 as mj_sensorPos/Vel/Acc do, then applies the cutoff: real values are clamped to
-[-cutoff, cutoff], positive ones (touch) to [.., cutoff], axes and quaternions never; a cutoff of
-0 means none. Noise (``sensor_noise``) is reported for users and never added, as in MuJoCo.
+[-cutoff, cutoff], positive ones (touch) to [.., cutoff], axes, quaternions and fromto segments
+never; a cutoff of 0 means none (for the geom distance sensors it is also the search distance).
+Noise (``sensor_noise``) is reported for users and never added, as in MuJoCo.
 
 Sensors are computed per type, vectorized over the sensors of that type with static index
 arrays, and scattered into sensordata; the only Python loop is over the types present. Frame
 objects are looked up in one table of frames: the inertial frames of bodies (ObjType.BODY), body
 frames (XBODY), geoms and sites, in that order.
 
-Rangefinders cast their rays with ``flexor.ray``.
+Rangefinders cast their rays with ``flexor.ray``; the geom distance sensors call the narrow
+phase's primitive colliders (``collision_primitive``) with the cutoff as margin. The energy
+sensors read ``energy_pos`` and ``energy_vel`` of the current state. One difference from
+MuJoCo 4.0: with EnableBit.ENERGY set, MuJoCo's e_kinetic sensor, computed at the position
+stage, reports the kinetic energy that the previous mj_forward's velocity stage stored (its flag
+of a computed energy is still set then); flexor reports the current one, as MuJoCo does without
+the flag.
 """
 
 from __future__ import annotations
@@ -21,10 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import constraint, math, ray, tree
+from flexor import collision_primitive, constraint, math, passive, ray, tree
 from flexor.rne import contact_force, rne_postconstraint
-from flexor.types import (ConstraintType, Data, DataType, DisableBit, GeomType, Model, ObjType,
-                          SensorType, Stage, TrnType)
+from flexor.types import (ConstraintType, Data, DataType, DisableBit, EnableBit, GeomType,
+                          JointType, Model, ObjType, SensorType, Stage, TrnType)
 
 S = SensorType
 _Compute = Callable[[Model, Data, np.ndarray], jax.Array]
@@ -160,6 +167,105 @@ def _in_reference(m: Model, d: Data, ids: np.ndarray, value: jax.Array,
 def _framepos(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   pos, _ = _frames(m, d, m.sensor_objtype[ids], m.sensor_objid[ids])
   return _in_reference(m, d, ids, pos, lambda ref_mat, ref_pos: _to_local(ref_mat, pos - ref_pos))
+
+
+def _inside(site_type: int, size: jax.Array, p: jax.Array) -> jax.Array:
+  """Whether points p (n, 3) in sites' frames lie strictly inside their volumes, size (n, 3),
+  of one GeomType (mju_insideGeom)."""
+  r2 = size[:, 0] * size[:, 0]
+  radial = p[:, 0] * p[:, 0] + p[:, 1] * p[:, 1]
+  if site_type == GeomType.SPHERE:
+    return jnp.sum(p * p, axis=-1) < r2
+  if site_type == GeomType.CAPSULE:
+    beyond = p[:, 2] - jnp.clip(p[:, 2], -size[:, 1], size[:, 1])
+    return radial + beyond * beyond < r2
+  if site_type == GeomType.ELLIPSOID:
+    return jnp.sum(p * p / (size * size), axis=-1) < 1
+  if site_type == GeomType.CYLINDER:
+    return (jnp.abs(p[:, 2]) < size[:, 1]) & (radial < r2)
+  return jnp.all(jnp.abs(p) < size, axis=-1)
+
+
+def _insidesite(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """1 where the object's frame origin (a massless body's: its subtree's centre of mass) lies
+  inside the site's volume, else 0 (n, 1)."""
+  objtype, objid = m.sensor_objtype[ids], m.sensor_objid[ids]
+  pos, _ = _frames(m, d, objtype, objid)
+  massless = (jnp.asarray((objtype == ObjType.BODY) & (objid > 0))
+              & (m.body_mass[objid] < math.MINVAL) & (m.body_subtreemass[objid] >= math.MINVAL))
+  pos = jnp.where(massless[:, None], d.subtree_com[objid], pos)
+  site = m.sensor_refid[ids]
+  local = jnp.einsum("nji,nj->ni", d.site_xmat[site], pos - d.site_xpos[site])
+  inside = jnp.zeros(len(ids), bool)
+  for site_type in np.unique(m.site_type[site]):
+    mine = m.site_type[site] == site_type
+    inside = jnp.where(mine, _inside(int(site_type), m.site_size[site], local), inside)
+  return inside.astype(d.qpos.dtype)[:, None]
+
+
+def _distance_pairs(m: Model, ids: np.ndarray) -> list[list[tuple[int, int]]]:
+  """Each distance sensor's geom pairs (geom1, geom2), in mj_sensorPos's loop order."""
+  geoms = lambda kind, i: [int(i)] if kind == ObjType.GEOM else np.flatnonzero(
+      m.geom_bodyid == i).tolist()
+  return [[(g1, g2) for g1 in geoms(m.sensor_objtype[i], m.sensor_objid[i])
+           for g2 in geoms(m.sensor_reftype[i], m.sensor_refid[i])] for i in ids]
+
+
+def _geom_distance(m: Model, d: Data, ids: np.ndarray) -> tuple[jax.Array, jax.Array]:
+  """Smallest signed distance (n,) and its segment fromto (n, 6) between the geoms (or bodies'
+  geoms) of distance sensors, searched within their cutoff (mj_geomDistance): the cutoff and
+  zeros where nothing is closer."""
+  pairs = _distance_pairs(m, ids)
+  flat = [(k, g1, g2) for k, own in enumerate(pairs) for g1, g2 in own]
+  cutoff = m.sensor_cutoff[ids]
+  dist = jnp.full(len(flat), jnp.inf, d.qpos.dtype)
+  fromto = jnp.zeros((len(flat), 6), d.qpos.dtype)
+  sensor = np.array([k for k, _, _ in flat], int)
+  g1, g2 = (np.array([p[i] for p in flat], int) for i in (1, 2))
+  flip = m.geom_type[g1] > m.geom_type[g2]
+  a, b = np.where(flip, g2, g1), np.where(flip, g1, g2)
+  for key in sorted({(int(m.geom_type[i]), int(m.geom_type[j])) for i, j in zip(a, b)}):
+    rows = np.flatnonzero((m.geom_type[a] == key[0]) & (m.geom_type[b] == key[1]))
+    if key not in collision_primitive.COLLIDERS:   # no collision function: nothing is closer
+      continue
+    i, j = a[rows], b[rows]
+    c_dist, pos, frame, exist = jax.vmap(collision_primitive.COLLIDERS[key])(
+        d.geom_xpos[i], d.geom_xmat[i], m.geom_size[i], d.geom_xpos[j], d.geom_xmat[j],
+        m.geom_size[j], cutoff[sensor[rows]])
+    c_dist = jnp.where(exist, c_dist, jnp.inf)
+    best = jnp.argmin(c_dist, axis=1)
+    near = jnp.take_along_axis(c_dist, best[:, None], axis=1)[:, 0]
+    pos = jnp.take_along_axis(pos, best[:, None, None], axis=1)[:, 0]
+    normal = jnp.take_along_axis(frame[:, :, 0], best[:, None, None], axis=1)[:, 0]
+    half = (0.5 * jnp.where(flip[rows], -1.0, 1.0) * jnp.where(jnp.isfinite(near), near, 0.0)
+            )[:, None] * normal
+    dist = dist.at[rows].set(near)
+    fromto = fromto.at[rows].set(jnp.concatenate([pos - half, pos + half], axis=1))
+  # each sensor keeps its first pair below the cutoff, as mj_sensorPos's strict comparison
+  width = max(len(own) for own in pairs)
+  slot = np.array([[flat.index((k, *own[min(t, len(own) - 1)])) for t in range(width)]
+                   for k, own in enumerate(pairs)])
+  valid = np.array([[t < len(own) for t in range(width)] for own in pairs])
+  key = jnp.where(valid & (dist[slot] < cutoff[:, None]), dist[slot], jnp.inf)
+  first = jnp.argmin(key, axis=1)
+  found = jnp.isfinite(jnp.take_along_axis(key, first[:, None], axis=1)[:, 0])
+  pick = jnp.take_along_axis(jnp.asarray(slot), first[:, None], axis=1)[:, 0]
+  return (jnp.where(found, dist[pick], cutoff),
+          jnp.where(found[:, None], fromto[pick], 0.0))
+
+
+def _geomdist(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  return _geom_distance(m, d, ids)[0][:, None]
+
+
+def _geomnormal(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """The unit vector along the shortest segment, zeros where none was found (n, 3)."""
+  fromto = _geom_distance(m, d, ids)[1]
+  return math.normalize(fromto[:, 3:] - fromto[:, :3])
+
+
+def _geomfromto(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  return _geom_distance(m, d, ids)[1]
 
 
 def _framequat(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
@@ -300,6 +406,67 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   return jnp.sum(jnp.where(use, normal[None, :], 0.0), axis=-1)[:, None]
 
 
+# ----------------------------------------------------------------------------- energy
+
+
+def _poly_potential(linear: jax.Array, poly: jax.Array, x: jax.Array) -> jax.Array:
+  """Energy stored in a spring of force -x (linear + poly_0 x + poly_1 x^2) at displacement x
+  (mju_polyPotential): linear x^2 / 2 + poly_0 x^3 / 3 + poly_1 x^4 / 4."""
+  x2 = x * x
+  return 0.5 * linear * x2 + poly[..., 0] / 3 * (x2 * x) + poly[..., 1] / 4 * (x2 * x * x)
+
+
+def energy_pos(m: Model, d: Data) -> jax.Array:
+  """Potential energy () in J (mj_energyPos), after fwd_position: gravity's, -sum of body mass
+  times g . xipos, and the energy of joint and tendon springs about their references
+  (``passive.spring_reference``), with their polynomial profiles; free joints' translation and
+  rotation and ball joints store it as a function of the displacement's norm."""
+  energy = jnp.zeros((), d.qpos.dtype)
+  if not m.opt.disabled(DisableBit.GRAVITY):
+    energy = -jnp.sum(m.body_mass[1:] * (d.xipos[1:] @ m.opt.gravity))
+  if m.opt.disabled(DisableBit.SPRING):
+    return energy
+  ref = passive.spring_reference(m, d)
+  k, poly, jtype = m.jnt_stiffness, m.jnt_stiffnesspoly, m.jnt_type
+  scalar = np.flatnonzero((jtype == JointType.HINGE) | (jtype == JointType.SLIDE))
+  adr = m.jnt_qposadr[scalar]
+  energy += jnp.sum(_poly_potential(k[scalar], poly[scalar], d.qpos[adr] - ref[adr]))
+  free = np.flatnonzero(jtype == JointType.FREE)
+  adr = m.jnt_qposadr[free][:, None] + np.arange(3)
+  x = math.safe_norm(d.qpos[adr] - ref[adr])
+  energy += jnp.sum(_poly_potential(k[free], poly[free], x))
+  rot = np.flatnonzero((jtype == JointType.BALL) | (jtype == JointType.FREE))
+  adr = (m.jnt_qposadr[rot] + np.where(jtype[rot] == JointType.FREE, 3, 0))[:, None] + np.arange(4)
+  x = math.safe_norm(math.quat_sub(d.qpos[adr], ref[adr]))
+  energy += jnp.sum(_poly_potential(k[rot], poly[rot], x))
+  if m.ntendon:
+    band = passive.tendon_spring_range(m, d)
+    length = d.ten_length
+    x = jnp.where(length > band[:, 1], length - band[:, 1],
+                  jnp.where(length < band[:, 0], length - band[:, 0], 0.0))
+    energy += jnp.sum(_poly_potential(m.tendon_stiffness, m.tendon_stiffnesspoly, x))
+  return energy
+
+
+def energy_vel(m: Model, d: Data) -> jax.Array:
+  """Kinetic energy () in J, qvel' qM qvel / 2 (mj_energyVel), after crb."""
+  return 0.5 * d.qvel @ (d.qM @ d.qvel)
+
+
+def energy(m: Model, d: Data, sensors: bool = True) -> Data:
+  """d.energy (potential, kinetic) as mj_forward leaves it: both with EnableBit.ENERGY; else the
+  potential energy where an e_potential sensor computed it (and the kinetic energy where an
+  e_kinetic sensor did too), zeros otherwise. ``sensors`` as in ``forward``."""
+  if m.opt.enabled(EnableBit.ENERGY):
+    return d.replace(energy=jnp.stack([energy_pos(m, d), energy_vel(m, d)]))
+  sensed = set() if not sensors or m.opt.disabled(DisableBit.SENSOR) else set(
+      m.sensor_type.tolist())
+  if S.E_POTENTIAL not in sensed:
+    return d.replace(energy=jnp.zeros_like(d.energy))
+  kinetic = energy_vel(m, d) if S.E_KINETIC in sensed else jnp.zeros_like(d.energy[1])
+  return d.replace(energy=jnp.stack([energy_pos(m, d), kinetic]))
+
+
 _POS: dict[int, _Compute] = {
     S.MAGNETOMETER: _magnetometer,
     S.RANGEFINDER: ray.rangefinder,
@@ -318,7 +485,12 @@ _POS: dict[int, _Compute] = {
     S.FRAMEYAXIS: _frame_axis(1),
     S.FRAMEZAXIS: _frame_axis(2),
     S.SUBTREECOM: lambda m, d, ids: d.subtree_com[_objid(m, ids)],
-    S.E_KINETIC: lambda m, d, ids: jnp.broadcast_to(0.5 * d.qvel @ d.qM @ d.qvel, (len(ids), 1)),
+    S.INSIDESITE: _insidesite,
+    S.GEOMDIST: _geomdist,
+    S.GEOMNORMAL: _geomnormal,
+    S.GEOMFROMTO: _geomfromto,
+    S.E_POTENTIAL: lambda m, d, ids: jnp.broadcast_to(energy_pos(m, d), (len(ids), 1)),
+    S.E_KINETIC: lambda m, d, ids: jnp.broadcast_to(energy_vel(m, d), (len(ids), 1)),
     S.CLOCK: lambda m, d, ids: jnp.broadcast_to(d.time, (len(ids), 1)),
 }
 
@@ -369,7 +541,7 @@ def _groups(m: Model, stage: Stage) -> list[tuple[int, np.ndarray]]:
 def _cutoff(m: Model, ids: np.ndarray, value: jax.Array) -> jax.Array:
   """MuJoCo's apply_cutoff on (n, dim) values of sensors of one type."""
   datatype = int(m.sensor_datatype[ids[0]])
-  if datatype not in (DataType.REAL, DataType.POSITIVE):
+  if datatype not in (DataType.REAL, DataType.POSITIVE) or m.sensor_type[ids[0]] == S.GEOMFROMTO:
     return value
   cutoff = m.sensor_cutoff[ids][:, None]
   clipped = jnp.minimum(value, cutoff)

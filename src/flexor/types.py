@@ -972,6 +972,8 @@ class Data:
   efc_state: jax.Array = _field("njmax", fill=0)      # int: mjtConstraintState
   # sensors (Model.sensor_*): values after the stage each sensor needs, cutoff applied
   sensordata: jax.Array = _field("nsensordata", fill=0.0)
+  # potential and kinetic energy (J): with EnableBit.ENERGY, or as energy sensors need them
+  energy: jax.Array = _field(None, 2, fill=0.0)
   # diagnostics: set under jit, checked by the caller
   warning_nan: jax.Array = _field(None, fill=False)   # bool: a state or acceleration became non-finite
 

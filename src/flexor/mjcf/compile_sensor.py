@@ -3,8 +3,9 @@ mjCSensor::Compile).
 
 Each tag names one mjtSensor. Its object is given by one attribute (``site``, ``joint``,
 ``tendon``, ``actuator``, ``body``) or, for frame sensors, by ``objtype``/``objname`` with an
-optional reference frame ``reftype``/``refname``. Datatype, stage and dimension follow from the
-type; an actuator sensor reports one value per force output.
+optional reference frame ``reftype``/``refname`` (for ``insidesite``, the ``site`` whose volume
+may hold the object). Datatype, stage and dimension follow from the type; an actuator sensor
+reports one value per force output.
 
 flexor computes every type in ``flexor.sensor``'s table, site-attached rangefinders included
 (``sensor_intprm[:, 0]`` holds the bits of their ``data`` fields); any other type, and a
@@ -20,7 +21,8 @@ import numpy as np
 from flexor.mjcf.defaults import Attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import Names, Reader, check_user, nuser
-from flexor.types import DataType, JointType, ObjType, SensorType, Stage
+from flexor.mjcf.contact_pairs import DISTANCE_PAIRS, HAS_FUNCTION
+from flexor.types import DataType, GeomType, JointType, ObjType, SensorType, Stage
 
 S = SensorType
 
@@ -63,6 +65,11 @@ _TAGS: dict[str, tuple[SensorType, str | None, ObjType]] = {
     "subtreecom": (S.SUBTREECOM, "body", ObjType.BODY),
     "subtreelinvel": (S.SUBTREELINVEL, "body", ObjType.BODY),
     "subtreeangmom": (S.SUBTREEANGMOM, "body", ObjType.BODY),
+    "insidesite": (S.INSIDESITE, None, ObjType.UNKNOWN),
+    "distance": (S.GEOMDIST, None, ObjType.UNKNOWN),
+    "normal": (S.GEOMNORMAL, None, ObjType.UNKNOWN),
+    "fromto": (S.GEOMFROMTO, None, ObjType.UNKNOWN),
+    "e_potential": (S.E_POTENTIAL, None, ObjType.UNKNOWN),
     "e_kinetic": (S.E_KINETIC, None, ObjType.UNKNOWN),
     "clock": (S.CLOCK, None, ObjType.UNKNOWN),
 }
@@ -73,10 +80,11 @@ _ACC = {S.TOUCH, S.ACCELEROMETER, S.FORCE, S.TORQUE, S.ACTUATORFRC, S.JOINTACTFR
 _VEL = {S.VELOCIMETER, S.GYRO, S.JOINTVEL, S.TENDONVEL, S.ACTUATORVEL, S.BALLANGVEL,
         S.JOINTLIMITVEL, S.TENDONLIMITVEL, S.FRAMELINVEL, S.FRAMEANGVEL, S.SUBTREELINVEL,
         S.SUBTREEANGMOM}
-_DATATYPE = {S.TOUCH: DataType.POSITIVE, S.FRAMEXAXIS: DataType.AXIS, S.FRAMEYAXIS: DataType.AXIS,
-             S.FRAMEZAXIS: DataType.AXIS, S.BALLQUAT: DataType.QUATERNION,
+_DATATYPE = {S.TOUCH: DataType.POSITIVE, S.INSIDESITE: DataType.POSITIVE,
+             S.FRAMEXAXIS: DataType.AXIS, S.FRAMEYAXIS: DataType.AXIS, S.FRAMEZAXIS: DataType.AXIS,
+             S.GEOMNORMAL: DataType.AXIS, S.BALLQUAT: DataType.QUATERNION,
              S.FRAMEQUAT: DataType.QUATERNION}
-_DIM3 = {S.ACCELEROMETER, S.VELOCIMETER, S.GYRO, S.FORCE, S.TORQUE, S.MAGNETOMETER,
+_DIM3 = {S.GEOMNORMAL, S.ACCELEROMETER, S.VELOCIMETER, S.GYRO, S.FORCE, S.TORQUE, S.MAGNETOMETER,
          S.BALLANGVEL, S.FRAMEPOS, S.FRAMEXAXIS, S.FRAMEYAXIS, S.FRAMEZAXIS, S.FRAMELINVEL,
          S.FRAMEANGVEL, S.FRAMELINACC, S.FRAMEANGACC, S.SUBTREECOM, S.SUBTREELINVEL,
          S.SUBTREEANGMOM}
@@ -103,6 +111,36 @@ def _frame_object(r: Reader, names: dict[str, Names], type_attr: str,
   if r.text(name_attr) is None:
     raise r.error(f"'{type_attr}' needs '{name_attr}'", name_attr)
   return int(objtype), names[_FRAME_NAMES[objtype]](r, name_attr, _FRAME_NAMES[objtype])
+
+
+_GEOM_DISTANCE = (S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO)
+
+
+def _geom_or_body(r: Reader, names: dict[str, Names], side: str) -> tuple[int, int]:
+  """(ObjType, id) of a distance sensor's ``geom<side>`` or ``body<side>`` (exactly one)."""
+  geom, body = f"geom{side}", f"body{side}"
+  if r.has(geom) == r.has(body):
+    raise r.error(f"exactly one of '{geom}' and '{body}' must be given", geom)
+  if r.has(geom):
+    return int(ObjType.GEOM), names["geom"](r, geom)
+  return int(ObjType.BODY), names["body"](r, body)
+
+
+def _check_distance_pairs(r: Reader, fields: dict[str, Any], objtype: int, objid: int,
+                          reftype: int, refid: int) -> None:
+  """Refuses distance sensors over geom type pairs flexor cannot measure: those MuJoCo measures
+  with its convex solver (mjc_Convex and box-box pairs under native CCD) and mesh pairs."""
+  geom_type, bodyid = fields["geom_type"], fields["geom_bodyid"]
+  geoms = lambda kind, i: ([i] if kind == ObjType.GEOM else
+                           np.flatnonzero(bodyid == i).tolist())
+  for g1 in geoms(objtype, objid):
+    for g2 in geoms(reftype, refid):
+      pair = tuple(sorted((int(geom_type[g1]), int(geom_type[g2]))))
+      if pair in DISTANCE_PAIRS or pair not in HAS_FUNCTION:
+        continue
+      kinds = "-".join(GeomType(t).name.lower() for t in pair)
+      raise r.error(f"distance sensors between {kinds} geoms are not supported by flexor yet "
+                    "(MuJoCo measures them with its convex solver)")
 
 
 def _rangefinder_data(r: Reader) -> tuple[int, int]:
@@ -168,11 +206,21 @@ def compile_sensors(source: Source, names: dict[str, Names],
           raise r.error("required attribute missing", attr)
         kind = {"joint": "jnt"}.get(attr, attr)
         objid = tables[kind](r, attr)
-      elif stype not in (S.E_KINETIC, S.CLOCK):
+      elif stype in _GEOM_DISTANCE:
+        objtype, objid = _geom_or_body(r, names, "1")
+        reftype, refid = _geom_or_body(r, names, "2")
+        if (objtype, objid) == (reftype, refid):
+          raise r.error("1st body/geom must be different from 2nd body/geom")
+        _check_distance_pairs(r, fields, objtype, objid, reftype, refid)
+      elif stype not in (S.E_POTENTIAL, S.E_KINETIC, S.CLOCK):
         objtype, objid = _frame_object(r, names, "objtype", "objname")
-        if stype not in _NO_REF and r.has("reftype"):
+        if stype == S.INSIDESITE:
+          if r.text("site") is None:
+            raise r.error("required attribute missing", "site")
+          reftype, refid = int(ObjType.SITE), names["site"](r, "site")
+        elif stype not in _NO_REF and r.has("reftype"):
           reftype, refid = _frame_object(r, names, "reftype", "refname")
-      dim = 3 if stype in _DIM3 else 4 if stype in _DIM4 else 1
+      dim = 3 if stype in _DIM3 else 4 if stype in _DIM4 else 6 if stype == S.GEOMFROMTO else 1
       if objtype == ObjType.JOINT:
         jtype = jnt_type[objid]
         if stype in (S.JOINTPOS, S.JOINTVEL, S.JOINTACTFRC) and jtype not in (JointType.SLIDE,
@@ -191,7 +239,8 @@ def compile_sensors(source: Source, names: dict[str, Names],
       if stype == S.RANGEFINDER:
         dim, intprm = _rangefinder_data(r)
       datatype = _DATATYPE.get(stype, DataType.REAL)
-      if cutoff > 0 and datatype in (DataType.AXIS, DataType.QUATERNION):
+      axis = datatype in (DataType.AXIS, DataType.QUATERNION) and stype != S.GEOMNORMAL
+      if cutoff > 0 and axis:
         raise r.error("cutoff applied to axis or quaternion datatype in sensor", "cutoff")
       name = element.get("name", "")
       if name and name in sensor_names:

@@ -36,7 +36,7 @@ _P, _H, _S, _C, _E, _Y, _B, _M, _D = (GeomType.PLANE, GeomType.HFIELD, GeomType.
 
 # (type1, type2), type1 <= type2, with a collision function in MuJoCo's mjCOLLISIONFUNC: all but
 # plane-plane, plane-hfield and hfield-hfield
-_HAS_FUNCTION = {(a, b) for a in GeomType for b in GeomType
+HAS_FUNCTION = {(a, b) for a in GeomType for b in GeomType
                  if a <= b and not (a in (_P, _H) and b in (_P, _H))}
 
 # the pairs MuJoCo sends to mjc_Convex that flexor's GJK/EPA covers: those with a sphere or an
@@ -55,6 +55,11 @@ MAXCONPAIR = 50  # mjMAXCONPAIR: the most contacts one geom pair makes
 SUPPORTED = frozenset({(_P, _S), (_P, _C), (_P, _E), (_P, _Y), (_P, _B), (_P, _M), (_S, _S),
                        (_S, _C), (_S, _Y), (_S, _B), (_C, _C), (_C, _B),
                        (_B, _B)}) | CONVEX | HFIELD
+
+
+# the pairs mj_geomDistance (distance sensors) measures with a primitive collider, as flexor's
+# narrow phase has them: not mjc_Convex's, not box-box (native CCD takes it), not plane-mesh
+DISTANCE_PAIRS = SUPPORTED - CONVEX - HFIELD - {(_B, _B), (_P, _M)}
 
 
 def hfield_window(size: np.ndarray, nrow: int, ncol: int, reach: float) -> tuple[int, int]:
@@ -148,7 +153,7 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dic
     # signatures so far (pair_signature is sorted when MuJoCo or flexor compiled it)
     signature_max = max(signature_max, int(pair_signature[k]))
     merged.setdefault(int(pair_signature[k]), set()).update({(g1, g2), (g2, g1)})
-    if _function_types(g1, g2, geom_type) in _HAS_FUNCTION:
+    if _function_types(g1, g2, geom_type) in HAS_FUNCTION:
       found.append(((signature_max, 0, k), *_ordered(g1, g2, geom_type), k))
 
   geoms_of = [np.flatnonzero(geom_bodyid == b).tolist() for b in range(nbody)]
@@ -167,7 +172,7 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dic
           continue
         if not (contype[g1] & conaffinity[g2] or contype[g2] & conaffinity[g1]):
           continue
-        if _function_types(g1, g2, geom_type) not in _HAS_FUNCTION:
+        if _function_types(g1, g2, geom_type) not in HAS_FUNCTION:
           continue
         o1, o2 = _ordered(g1, g2, geom_type)
         key = (signature, 1, o1, o2) if sorted_by_geom else (signature, 1, n)
