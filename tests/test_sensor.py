@@ -26,6 +26,7 @@ import support
 from flexor import make_data
 from flexor.errors import MJCFError
 from flexor.forward import forward
+from flexor.mjcf.from_mujoco import from_mujoco
 from flexor.types import DisableBit, Model, SensorType
 
 # Relative error |a - b| / (1 + |b|). Position and velocity sensors are short sums of products
@@ -665,3 +666,16 @@ def test_distance_and_energy_gradients_match_finite_differences():
                  for i in range(6)], axis=1)
   assert np.all(np.isfinite(jac)) and np.abs(jac).max() > 0.1
   np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=1e-6)
+
+
+def test_models_from_mujoco_with_unsupported_measurements_raise():
+  """A Model read from MuJoCo skips flexor's compiler: a box-box distance sensor is refused when
+  the sensors run, not measured wrongly."""
+  xml = ("<mujoco><worldbody><geom name='a' type='box' size='.1 .1 .1'/><body pos='0 0 1'>"
+         "<freejoint/><geom name='b' type='box' size='.1 .1 .1'/></body></worldbody><sensor>"
+         "<distance geom1='a' geom2='b' cutoff='1'/></sensor></mujoco>")
+  with pytest.raises(MJCFError, match="box-box geoms are not supported"):
+    flexor.load_mjcf_string(xml)
+  fm = from_mujoco(mujoco.MjModel.from_xml_string(xml))
+  with pytest.raises(ValueError, match="box-box pairs are not supported"):
+    _forward(fm, make_data(fm))

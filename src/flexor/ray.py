@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import math
-from flexor.types import Data, GeomType, Model
+from flexor.types import Data, GeomType, Model, ObjType
 
 MINVAL = math.MINVAL
 _NGROUP = 6  # mjNGROUP
@@ -362,6 +362,9 @@ def rangefinder(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   """Site rangefinders' sensordata (n, dim): the ray along each site's z axis, ignoring the
   site's body, reported as the fields of its ``data`` (sensor_intprm bits, mjRAYDATA order):
   dist (-1: no hit), dir, origin, point, normal (zeros where no hit) and depth (= dist)."""
+  if np.any(m.sensor_objtype[ids] != ObjType.SITE):
+    raise ValueError(f"rangefinders {ids.tolist()}: camera rangefinders are not supported by "
+                     "flexor yet")
   site = m.sensor_objid[ids]
   pnt, vec = d.site_xpos[site], d.site_xmat[site][:, :, 2]
   dist, _, normal = rays(m, d, pnt, vec, m.site_bodyid[site])

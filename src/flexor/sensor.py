@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import collision_primitive, constraint, math, passive, ray, tree
+from flexor.mjcf.contact_pairs import DISTANCE_PAIRS, HAS_FUNCTION
 from flexor.rne import contact_force, rne_postconstraint
 from flexor.types import (ConstraintType, Data, DataType, DisableBit, EnableBit, GeomType,
                           JointType, Model, ObjType, SensorType, Stage, TrnType)
@@ -226,8 +227,11 @@ def _geom_distance(m: Model, d: Data, ids: np.ndarray) -> tuple[jax.Array, jax.A
   a, b = np.where(flip, g2, g1), np.where(flip, g1, g2)
   for key in sorted({(int(m.geom_type[i]), int(m.geom_type[j])) for i, j in zip(a, b)}):
     rows = np.flatnonzero((m.geom_type[a] == key[0]) & (m.geom_type[b] == key[1]))
-    if key not in collision_primitive.COLLIDERS:   # no collision function: nothing is closer
+    if key not in HAS_FUNCTION:   # no collision function: nothing is closer
       continue
+    if key not in DISTANCE_PAIRS:
+      raise ValueError(f"distance sensors {ids.tolist()}: {GeomType(key[0]).name.lower()}-"
+                       f"{GeomType(key[1]).name.lower()} pairs are not supported by flexor yet")
     i, j = a[rows], b[rows]
     c_dist, pos, frame, exist = jax.vmap(collision_primitive.COLLIDERS[key])(
         d.geom_xpos[i], d.geom_xmat[i], m.geom_size[i], d.geom_xpos[j], d.geom_xmat[j],
