@@ -89,34 +89,41 @@ def spring_reference(m: Model, d: Data) -> jax.Array:
   return ref
 
 
-def _joint_spring(m: Model, d: Data) -> jax.Array:
-  """Joint spring forces (nv,); quaternion displacements via quat_sub."""
-  qfrc = jnp.zeros(m.nv, dtype=d.qpos.dtype)
-  jtype = m.jnt_type
-  ref = spring_reference(m, d)
-  k, spoly = m.jnt_stiffness, m.jnt_stiffnesspoly
-
+def joint_spring_displacements(m: Model, d: Data) -> list[tuple[np.ndarray, np.ndarray,
+                                                                   jax.Array, jax.Array]]:
+  """Joint springs' displacements from their references (``spring_reference``), per kind:
+  hinge and slide joints, free joints' translation, and ball and free joints' rotation (the
+  quaternion difference as a rotation vector). Each entry is (joints (k,), their dofs (k, w),
+  the displacement (k, w), and x (k,): the signed displacement of a scalar joint, else the
+  displacement's norm, which the polynomial profile takes)."""
+  ref, jtype, out = spring_reference(m, d), m.jnt_type, []
   scalar = np.flatnonzero((jtype == JointType.HINGE) | (jtype == JointType.SLIDE))
   if scalar.size:
     adr = m.jnt_qposadr[scalar]
-    x = d.qpos[adr] - ref[adr]
-    qfrc = qfrc.at[m.jnt_dofadr[scalar]].set(-x * poly_force(k[scalar], spoly[scalar], x, False))
-
+    dif = (d.qpos[adr] - ref[adr])[:, None]
+    out.append((scalar, m.jnt_dofadr[scalar][:, None], dif, dif[:, 0]))
   free = np.flatnonzero(jtype == JointType.FREE)
   if free.size:
     adr = m.jnt_qposadr[free][:, None] + np.arange(3)
     dif = d.qpos[adr] - ref[adr]
-    coef = poly_force(k[free], spoly[free], math.safe_norm(dif), False)
-    qfrc = qfrc.at[m.jnt_dofadr[free][:, None] + np.arange(3)].set(-coef[:, None] * dif)
-
-  # Rotational parts of ball and free joints: quaternion at qpos offset 0 resp. 3, dofs 0 resp. 3.
+    out.append((free, m.jnt_dofadr[free][:, None] + np.arange(3), dif, math.safe_norm(dif)))
+  # rotational parts of ball and free joints: quaternion at qpos offset 0 resp. 3, dofs 0 resp. 3
   rot = np.flatnonzero((jtype == JointType.BALL) | (jtype == JointType.FREE))
   if rot.size:
     shift = np.where(jtype[rot] == JointType.FREE, 3, 0)
     qadr = (m.jnt_qposadr[rot] + shift)[:, None] + np.arange(4)
     dif = math.quat_sub(math.quat_normalize(d.qpos[qadr]), ref[qadr])
-    coef = poly_force(k[rot], spoly[rot], math.safe_norm(dif), False)
-    qfrc = qfrc.at[(m.jnt_dofadr[rot] + shift)[:, None] + np.arange(3)].set(-coef[:, None] * dif)
+    out.append((rot, (m.jnt_dofadr[rot] + shift)[:, None] + np.arange(3), dif,
+                math.safe_norm(dif)))
+  return out
+
+
+def _joint_spring(m: Model, d: Data) -> jax.Array:
+  """Joint spring forces (nv,): -dif p(x) for each displacement of joint_spring_displacements."""
+  qfrc = jnp.zeros(m.nv, dtype=d.qpos.dtype)
+  for joints, dofs, dif, x in joint_spring_displacements(m, d):
+    coef = poly_force(m.jnt_stiffness[joints], m.jnt_stiffnesspoly[joints], x, False)
+    qfrc = qfrc.at[dofs].set(-coef[:, None] * dif)
   return qfrc
 
 
@@ -157,6 +164,13 @@ def tendon_spring_range(m: Model, d: Data) -> jax.Array:
   return band
 
 
+def tendon_spring_displacement(m: Model, d: Data) -> jax.Array:
+  """How far each tendon's length lies outside its spring dead band (ntendon,): 0 inside."""
+  band = tendon_spring_range(m, d)
+  lower, upper, length = band[:, 0], band[:, 1], d.ten_length
+  return jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
+
+
 def tendon_forces(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
   """Tendon spring and damper forces along each tendon, (ntendon,) each, in N (zero where the
   disable flags turn them off, as in passive)."""
@@ -168,9 +182,7 @@ def tendon_forces(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
   if not (spring or damper):
     return zero, zero
   if spring:
-    band = tendon_spring_range(m, d)
-    lower, upper = band[:, 0], band[:, 1]
-    x = jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
+    x = tendon_spring_displacement(m, d)
     frc_spring = -x * poly_force(m.tendon_stiffness, m.tendon_stiffnesspoly, x, False)
   if damper:
     damping = m.tendon_damping + reflected(m, m.actuator_damping, "tendon")

@@ -31,8 +31,8 @@ import numpy as np
 from flexor import collision_primitive, constraint, math, passive, ray, tree
 from flexor.mjcf.contact_pairs import DISTANCE_PAIRS, HAS_FUNCTION
 from flexor.rne import contact_force, rne_postconstraint
-from flexor.types import (ConstraintType, Data, DataType, DisableBit, EnableBit, GeomType,
-                          JointType, Model, ObjType, SensorType, Stage, TrnType)
+from flexor.types import (ConstraintType, Data, DataType, DisableBit, EnableBit, GeomType, Model,
+                          ObjType, SensorType, Stage, TrnType)
 
 S = SensorType
 _Compute = Callable[[Model, Data, np.ndarray], jax.Array]
@@ -423,31 +423,18 @@ def _poly_potential(linear: jax.Array, poly: jax.Array, x: jax.Array) -> jax.Arr
 def energy_pos(m: Model, d: Data) -> jax.Array:
   """Potential energy () in J (mj_energyPos), after fwd_position: gravity's, -sum of body mass
   times g . xipos, and the energy of joint and tendon springs about their references
-  (``passive.spring_reference``), with their polynomial profiles; free joints' translation and
-  rotation and ball joints store it as a function of the displacement's norm."""
+  (``passive.joint_spring_displacements``), with their polynomial profiles; free joints'
+  translation and rotation and ball joints store it as a function of the displacement's
+  norm."""
   energy = jnp.zeros((), d.qpos.dtype)
   if not m.opt.disabled(DisableBit.GRAVITY):
     energy = -jnp.sum(m.body_mass[1:] * (d.xipos[1:] @ m.opt.gravity))
   if m.opt.disabled(DisableBit.SPRING):
     return energy
-  ref = passive.spring_reference(m, d)
-  k, poly, jtype = m.jnt_stiffness, m.jnt_stiffnesspoly, m.jnt_type
-  scalar = np.flatnonzero((jtype == JointType.HINGE) | (jtype == JointType.SLIDE))
-  adr = m.jnt_qposadr[scalar]
-  energy += jnp.sum(_poly_potential(k[scalar], poly[scalar], d.qpos[adr] - ref[adr]))
-  free = np.flatnonzero(jtype == JointType.FREE)
-  adr = m.jnt_qposadr[free][:, None] + np.arange(3)
-  x = math.safe_norm(d.qpos[adr] - ref[adr])
-  energy += jnp.sum(_poly_potential(k[free], poly[free], x))
-  rot = np.flatnonzero((jtype == JointType.BALL) | (jtype == JointType.FREE))
-  adr = (m.jnt_qposadr[rot] + np.where(jtype[rot] == JointType.FREE, 3, 0))[:, None] + np.arange(4)
-  x = math.safe_norm(math.quat_sub(d.qpos[adr], ref[adr]))
-  energy += jnp.sum(_poly_potential(k[rot], poly[rot], x))
+  for joints, _, _, x in passive.joint_spring_displacements(m, d):
+    energy += jnp.sum(_poly_potential(m.jnt_stiffness[joints], m.jnt_stiffnesspoly[joints], x))
   if m.ntendon:
-    band = passive.tendon_spring_range(m, d)
-    length = d.ten_length
-    x = jnp.where(length > band[:, 1], length - band[:, 1],
-                  jnp.where(length < band[:, 0], length - band[:, 0], 0.0))
+    x = passive.tendon_spring_displacement(m, d)
     energy += jnp.sum(_poly_potential(m.tendon_stiffness, m.tendon_stiffnesspoly, x))
   return energy
 
