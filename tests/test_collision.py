@@ -277,20 +277,52 @@ BOX_XML = """
 """
 
 
-def test_resting_box_trajectory_matches_mujoco():
-  """100 steps of a box settling and sliding on a plane: the trajectory stays on MuJoCo's."""
-  mj = mujoco.MjModel.from_xml_string(BOX_XML)
+def _trajectory(xml: str, qvel: list[float], nstep: int, qpos_tol: float, qvel_tol: float
+                ) -> mujoco.MjData:
+  """Steps both engines from qvel, checking contact count, qpos and qvel at every step;
+  returns MuJoCo's final data."""
+  mj = mujoco.MjModel.from_xml_string(xml)
   md = mujoco.MjData(mj)
-  md.qvel[:] = [0.3, 0.1, 0, 0, 0, 0.5]
-  m = flexor.load_mjcf_string(BOX_XML)
+  md.qvel[:] = qvel
+  m = flexor.load_mjcf_string(xml)
   d = flexor.make_data(m).replace(qvel=jnp.asarray(md.qvel))
   step = jax.jit(flexor.step)
-  for k in range(100):
+  for k in range(nstep):
     mujoco.mj_step(mj, md)
     d = step(m, d)
-    assert relerr(d.qpos, md.qpos) < 1e-8, f"step {k}: qpos"
-    assert relerr(d.qvel, md.qvel) < 1e-6, f"step {k}: qvel"
-  assert int(d.ncon) == 4
+    assert int(d.ncon) == md.ncon, f"step {k}: ncon"
+    assert relerr(d.qpos, md.qpos) < qpos_tol, f"step {k}: qpos"
+    assert relerr(d.qvel, md.qvel) < qvel_tol, f"step {k}: qvel"
+  return md
+
+
+def test_resting_box_trajectory_matches_mujoco():
+  """100 steps of a box settling and sliding on a plane: the trajectory stays on MuJoCo's."""
+  md = _trajectory(BOX_XML, [0.3, 0.1, 0, 0, 0, 0.5], 100, 1e-8, 1e-6)
+  assert md.ncon == 4
+
+
+CYLINDER_ON_MESH_XML = """
+<mujoco>
+  <option timestep="0.004"><flag multiccd="disable"/></option>
+  <asset><mesh name="cube" vertex="-.1 -.1 -.1  .1 -.1 -.1  -.1 .1 -.1  .1 .1 -.1
+                                   -.1 -.1 .1  .1 -.1 .1  -.1 .1 .1  .1 .1 .1"/></asset>
+  <worldbody>
+    <geom type="plane" size="2 2 0.1"/>
+    <body pos="0 0 0.1"><freejoint/><geom type="mesh" mesh="cube"/></body>
+    <body pos="0.03 0.02 0.35" euler="0 0 20"><freejoint/>
+      <geom type="cylinder" size="0.06 0.05"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_cylinder_landing_on_mesh_without_multiccd_matches_mujoco():
+  """A cylinder thrown onto a mesh cube that slides on a plane, with multiccd disabled (one
+  GJK/EPA contact for the cylinder-mesh pair): 120 steps on MuJoCo's trajectory."""
+  md = _trajectory(CYLINDER_ON_MESH_XML, [0.1, 0, 0, 0, 0, 0.3, 0, 0.1, -1, 0.5, 0, 0], 120,
+                   1e-10, 1e-8)
+  assert md.ncon == 5  # the cube's four on the plane, the cylinder's one on the cube
 
 
 BOXES_XML = """

@@ -1,7 +1,8 @@
 """GJK/EPA convex collision (flexor.collision_convex; models loaded with convex=False leave it
 out) against MuJoCo 4.0's mjc_Convex: contacts of sphere, capsule, ellipsoid, cylinder, box and
-mesh geoms with an ellipsoid, and of spheres and ellipsoids with a mesh, at random poses of two
-free bodies, in float64."""
+mesh geoms with an ellipsoid, of spheres and ellipsoids with a mesh, and (where the model
+disables multiccd) of the pairs of capsules, cylinders, boxes and meshes MuJoCo otherwise gives
+several contacts, at random poses of two free bodies, in float64."""
 
 from __future__ import annotations
 
@@ -28,9 +29,12 @@ _GEOMS = {
 }
 
 
-def _xml(a: str, b: str, margin: float = 0.0, option: str = "") -> str:
+_SINGLE = "<flag multiccd='disable'/>"  # one contact per pair, also for the MULTI pairs
+
+
+def _xml(a: str, b: str, margin: float = 0.0, option: str = "", flag: str = "") -> str:
   return f"""<mujoco><asset><mesh name="prism" vertex="{_PRISM}"/></asset>
-  <option gravity="0 0 0" {option}/>
+  <option gravity="0 0 0" {option}>{flag}</option>
   <default><geom margin="{margin}"/></default>
   <worldbody><body><freejoint/>{_GEOMS[a]}</body>
   <body pos="0.3 0 0"><freejoint/>{_GEOMS[b]}</body></worldbody></mujoco>"""
@@ -50,23 +54,26 @@ def _poses(n: int, seed: int) -> np.ndarray:
   return q
 
 
-def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0) -> int:
+def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0, flag: str = "",
+             dist_tol: float = 1e-8, exact_share: float = 0.85) -> int:
   """Contacts of both engines at n poses; returns how many MuJoCo found.
 
   Most contacts agree to round-off: the GJK and EPA iterations are MuJoCo's, step by step. A few
   take another branch where a simplex is nearly flat and the last bits of the poses (flexor's
   kinematics against MuJoCo's) decide a sign; those still agree to within what MuJoCo's own
-  ccd_tolerance leaves open (1e-4 in the normal, 1e-8 m in the depth).
+  ccd_tolerance leaves open (1e-4 in the normal, ``dist_tol`` in the depth: 1e-8 m, or the
+  tolerance itself, 1e-6 m, where two flat faces meet and EPA's last face is one of many). At
+  least ``exact_share`` of the contacts agree to 1e-9.
   """
-  xml = _xml(a, b, margin)
+  xml = _xml(a, b, margin, flag=flag)
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # the pair is supported
     m = flexor.load_mjcf_string(xml)
   qs = _poses(n, seed)
   errors = match_contacts(mujoco.MjModel.from_xml_string(xml),
-                          batched_collision(m)(jnp.asarray(qs)), qs, f"{a}-{b}")
+                          batched_collision(m)(jnp.asarray(qs)), qs, f"{a}-{b}", dist_tol)
   found, exact = len(errors), sum(err < 1e-9 for _, err in errors)
-  assert exact >= 0.85 * found, f"{a}-{b}: {exact} of {found} contacts agree to 1e-9"
+  assert exact >= exact_share * found, f"{a}-{b}: {exact} of {found} contacts agree to 1e-9"
   return found
 
 
@@ -98,6 +105,39 @@ def test_sphere_mesh_matches_mujoco():
 def test_every_convex_pair_matches_mujoco(pair, margin):
   a, b = pair.split("-")
   assert _compare(a, b, 60, margin=margin, seed=1) >= 20
+
+
+_MULTI = ["capsule-cylinder", "cylinder-cylinder", "cylinder-box", "capsule-mesh", "cylinder-mesh",
+          "box-mesh", "mesh-mesh"]
+
+
+def test_mesh_pair_without_multiccd_matches_mujoco():
+  """A mesh against a mesh, where the model disables multiccd: MuJoCo's one GJK/EPA contact."""
+  assert _compare("mesh", "mesh", 24, margin=0.01, flag=_SINGLE) >= 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("margin", [0.0, 0.02])
+@pytest.mark.parametrize("pair", _MULTI)
+def test_every_pair_without_multiccd_matches_mujoco(pair, margin):
+  """Shallow contacts on a cylinder's curved side come from GJK on the capsule's segment: the
+  distance is stationary in the witness point there, so where round-off steers GJK's last
+  iterates the distance still agrees to 1e-12 but the point only to ~1e-7, and fewer contacts
+  agree to 1e-9."""
+  a, b = pair.split("-")
+  assert _compare(a, b, 60, margin=margin, seed=1, flag=_SINGLE, dist_tol=1e-6,
+                  exact_share=0.8) >= 20
+
+
+@pytest.mark.parametrize("pair", ["cylinder-box", "mesh-mesh"])
+def test_pairs_with_several_contacts_are_left_out_under_multiccd(pair):
+  """MuJoCo 4.0's multi-contact search (multiccd, on by default) gives these pairs up to four
+  contacts; flexor has only the first, and leaves the pair out with a warning that says why."""
+  with pytest.warns(UserWarning, match="multiccd='disable'"):
+    assert flexor.load_mjcf_string(_xml(*pair.split("-"))).ncollision == 0
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert flexor.load_mjcf_string(_xml(*pair.split("-"), flag=_SINGLE)).ncollision == 1
 
 
 def test_gradient_of_depth_matches_finite_differences():

@@ -275,14 +275,26 @@ def test_unsupported_pairs_warn_once():
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     compile_model(parse.load(_UNSUPPORTED.encode(), None))
-  ours = [w for w in caught if "narrow phase does not support" in str(w.message)]
+  ours = [w for w in caught if "are left out" in str(w.message)]
   assert len(ours) == 1
-  # a-b box-mesh, a-c box-cylinder, b-c mesh-cylinder; capsule-ellipsoid (b-c, contype 2) and
-  # every pair with the floor are supported
+  # a-b box-mesh, a-c box-cylinder, b-c mesh-cylinder (MuJoCo gives them several contacts);
+  # capsule-ellipsoid (b-c, contype 2) and every pair with the floor are supported
   message = str(ours[0].message)
   assert message.startswith("3 geom pair(s)"), message
-  assert "cylinder-box" in message and "box-mesh" in message and "cylinder-mesh" in message
+  assert "multi-contact search for cylinder-box, cylinder-mesh, box-mesh" in message, message
   assert "ellipsoid" not in message and "plane" not in message
+
+
+def test_multi_contact_pairs_collide_once_without_multiccd():
+  xml = _UNSUPPORTED.replace("<worldbody>", "<option><flag multiccd='disable'/></option>"
+                             "<worldbody>")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    ours = compile_model(parse.load(xml.encode(), None))[0]
+  types = np.sort(np.asarray(ours.geom_type)[np.asarray(ours.collision_geom)], axis=1)
+  multi = [tuple(t) in contact_pairs.MULTI for t in types.tolist()]
+  assert sorted(map(tuple, types[multi].tolist())) == [(5, 6), (5, 7), (6, 7)]
+  assert np.all(np.asarray(ours.collision_connum)[multi] == 1)
 
 
 def test_no_warning_without_unsupported_pairs():

@@ -1,8 +1,9 @@
 """Convex collision of the geom pairs MuJoCo 4.0 sends to ``mjc_Convex`` with its native CCD
 (``engine_collision_convex.c``, ``engine_collision_gjk.c``) and answers with one contact: a
 sphere, capsule, ellipsoid, cylinder or box against an ellipsoid, and a sphere or an ellipsoid
-against a mesh (``contact_pairs.CONVEX``); and, for ``flexor.collision_hfield``, a height field's
-prisms against spheres, capsules, ellipsoids and cylinders.
+against a mesh (``contact_pairs.CONVEX``); the pairs of capsules, cylinders, boxes and meshes
+(``contact_pairs.MULTI``) where the model disables multiccd; and, for ``flexor.collision_hfield``,
+a height field's prisms against spheres, capsules, ellipsoids and cylinders.
 
 ``mjc_ccd`` first runs GJK on the Minkowski difference of the two geoms. A sphere shrinks to its
 centre and a capsule to its segment; if those cores stay farther apart than ``ccd_tolerance``,
@@ -15,8 +16,8 @@ normal and the two witness points.
 This follows the 4.0 machine code where it departs from the 3.12 sources: GJK has no
 ``gjkIntersect`` fallback, and EPA stops on the current iteration's upper bound (3.12: the
 smallest so far) and drops a first face whose smallest bound lies more than the tolerance (3.12:
-1e-10) below it. MuJoCo 4.0 gives pairs of capsules, cylinders, boxes and meshes 1, 2 or 4
-contacts with a multi-contact search that is not built here.
+1e-10) below it. With multiccd on (its default), MuJoCo 4.0 gives the MULTI pairs 1, 2 or 4
+contacts by a multi-contact search that is not built here: its first contact is not this one.
 
 The loops (``lax.while_loop``) follow the C code step by step on values without derivatives and
 record the direction in which each support point was taken. The result (the final simplex or
@@ -42,7 +43,7 @@ import numpy as np
 
 from flexor.collision_primitive import Contacts, _Contact, _dot, _finish
 from flexor.math import cross as _cross
-from flexor.mjcf.contact_pairs import CONVEX
+from flexor.mjcf.contact_pairs import CONVEX, MULTI
 from flexor.types import GeomType
 
 _G = GeomType
@@ -812,4 +813,4 @@ def make_collider(kinds: Kinds, kmax: int) -> Callable[..., Contacts]:
   return collide
 
 
-PAIRS = frozenset((int(a), int(b)) for a, b in CONVEX)
+PAIRS = frozenset((int(a), int(b)) for a, b in CONVEX | MULTI)

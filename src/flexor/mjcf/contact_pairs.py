@@ -40,9 +40,13 @@ HAS_FUNCTION = {(a, b) for a in GeomType for b in GeomType
                  if a <= b and not (a in (_P, _H) and b in (_P, _H))}
 
 # the pairs MuJoCo sends to mjc_Convex that flexor's GJK/EPA covers: those with a sphere or an
-# ellipsoid, where MuJoCo 4.0 makes one contact (for capsule, cylinder, box and mesh pairs it
-# makes 1, 2 or 4 by a multi-contact search flexor does not have yet)
+# ellipsoid, where MuJoCo 4.0 makes one contact
 CONVEX = frozenset({(_S, _E), (_S, _M), (_C, _E), (_E, _E), (_E, _Y), (_E, _B), (_E, _M)})
+
+# the other mjc_Convex pairs: MuJoCo 4.0 gives them 1, 2 or 4 contacts by a multi-contact search
+# flexor does not have (its sources are not public), or one GJK/EPA contact where the model
+# disables multiccd: flexor collides them in that case only
+MULTI = frozenset({(_C, _Y), (_Y, _Y), (_Y, _B), (_C, _M), (_Y, _M), (_B, _M), (_M, _M)})
 
 # a height field against a sphere, capsule, ellipsoid or cylinder: mjc_ConvexHField, one GJK/EPA
 # contact per prism (against a box or a mesh MuJoCo 4.0's native CCD runs its polytope contact
@@ -80,13 +84,13 @@ def max_contacts(type1: int, type2: int, window: tuple[int, int] | None = None) 
   contacts one narrow phase call can return (a height field's: one per prism of the sub-grid
   ``window``, at most MAXCONPAIR)."""
   pair = (min(int(type1), int(type2)), max(int(type1), int(type2)))
-  if pair not in SUPPORTED:
+  if pair not in SUPPORTED | MULTI:
     raise ValueError(f"geom types {pair} are not supported by flexor's narrow phase")
   if pair in HFIELD:
     if window is None:
       raise ValueError("a height field pair needs its sub-grid window")
     return min(2 * window[0] * window[1], MAXCONPAIR)
-  if _S in pair or _E in pair:
+  if _S in pair or _E in pair or pair in MULTI:
     return 1
   return {(_B, _B): 8, (_C, _C): 2, (_C, _B): 4, (_P, _C): 2, (_P, _Y): 4, (_P, _B): 4,
           (_P, _M): 4}[pair]
@@ -117,16 +121,16 @@ def _function_types(g1: int, g2: int, geom_type: np.ndarray) -> tuple[int, int]:
 def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dict[str, Any]:
   """Returns collision_geom (ncollision, 2), collision_pairid (ncollision,) and ncollision.
 
-  Pairs MuJoCo would collide but flexor's narrow phase cannot (SDFs, the convex pairs MuJoCo
-  gives several contacts, and the CONVEX and HFIELD pairs unless ``convex``) are left out, with
-  one warning naming them. ``mjDSBL_CONTACT``/``CONSTRAINT`` are not applied
+  Pairs MuJoCo would collide but flexor's narrow phase cannot (SDFs, the MULTI pairs unless
+  the model disables multiccd, and the CONVEX, MULTI and HFIELD pairs unless ``convex``) are
+  left out, with one warning naming them. ``mjDSBL_CONTACT``/``CONSTRAINT`` are not applied
   here: the driver checks them at run time.
 
   Args:
     f: mjModel-named arrays of the model (geoms, bodies, pairs, excludes; body_parentid,
       body_jntnum, body_dofnum and body_mocapid included).
     disableflags: the model's opt.disableflags (FILTERPARENT changes the parent-child rule,
-      MIDPHASE the order within a body pair).
+      MIDPHASE the order within a body pair, MULTICCD admits the MULTI pairs).
     convex: keep the CONVEX pairs (GJK and EPA; False saves their compile and run time).
   """
   geom_type = np.asarray(f["geom_type"]).astype(np.int64)
@@ -179,7 +183,9 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dic
         found.append((key, o1, o2, -1))
 
   found.sort(key=lambda item: item[0])
-  known = SUPPORTED if convex else SUPPORTED - CONVEX - HFIELD
+  single = disableflags & DisableBit.MULTICCD
+  known = (SUPPORTED | (MULTI if single else frozenset())) - (
+      frozenset() if convex else CONVEX | MULTI | HFIELD)
   supported = [_function_types(g1, g2, geom_type) in known for _, g1, g2, _ in found]
   keep = [item for item, ok in zip(found, supported) if ok]
   dropped = [item for item, ok in zip(found, supported) if not ok]
@@ -187,10 +193,13 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dic
     kinds = sorted({_function_types(g1, g2, geom_type) for _, g1, g2, _ in dropped})
     names = lambda ks: ", ".join(f"{GeomType(a).name.lower()}-{GeomType(b).name.lower()}"
                                  for a, b in ks)
-    missing = [k for k in kinds if k not in SUPPORTED]
-    off = [k for k in kinds if k in CONVEX | HFIELD]
+    missing = [k for k in kinds if k not in SUPPORTED | MULTI]
+    multi = [k for k in kinds if k in MULTI and not single and convex]
+    off = [k for k in kinds if k in CONVEX | HFIELD | MULTI and not convex]
     why = ([f"flexor's narrow phase does not support {names(missing)} yet"] if missing else []) + (
-        [f"GJK/EPA for {names(off)} is off (convex=False)"] if off else [])
+        [f"MuJoCo's multi-contact search for {names(multi)} is not built (flexor collides "
+         "them with one contact where <flag multiccd='disable'/>, as MuJoCo does)"]
+        if multi else []) + ([f"GJK/EPA for {names(off)} is off (convex=False)"] if off else [])
     warnings.warn(f"{len(dropped)} geom pair(s) that MuJoCo would collide are left out: "
                   + "; ".join(why), stacklevel=2)
   geom = np.array([(g1, g2) for _, g1, g2, _ in keep], dtype=np.int32).reshape(-1, 2)
