@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import collision_primitive, constraint, math, passive, ray, tree
+from flexor import collision, collision_primitive, constraint, math, passive, ray, tree
 from flexor.mjcf.contact_pairs import DISTANCE_PAIRS, HAS_FUNCTION
 from flexor.rne import contact_force, rne_postconstraint
 from flexor.types import (ConstraintType, Data, DataType, DisableBit, EnableBit, GeomType, Model,
@@ -410,6 +410,148 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   return jnp.sum(jnp.where(use, normal[None, :], 0.0), axis=-1)[:, None]
 
 
+# ----------------------------------------------------------------------------- contact
+
+_CONDATA_SIZE = (1, 3, 3, 1, 3, 3, 3, 3, 3)  # found, force, torque, dist, pos, normal, tangent,
+                                             # linvel, angvel (mjCONDATA)
+_FLIP = np.array([1.0, 1.0, -1.0])  # a flipped contact frame turns 180 degrees about its z
+
+
+def _check_match(m: Model, objtype: int, objid: int, body: jax.Array, geom: jax.Array
+                 ) -> jax.Array:
+  """checkMatch: whether the contact side (bodies, geoms (nconmax,)) is the sensor's object."""
+  if objtype == ObjType.GEOM:
+    return geom == objid
+  if objtype == ObjType.BODY:
+    return body == objid
+  if objtype == ObjType.XBODY:  # the subtree of objid (the world's holds every body)
+    return jnp.asarray(m.body_subtree[objid] | (objid == 0))[body]
+  return jnp.ones(body.shape, bool)
+
+
+def _contact_match(m: Model, d: Data, i: int) -> jax.Array:
+  """matchContact of sensor i for every contact slot (nconmax,): 0 no match, 1 match, -1 match
+  with the normal flipped (the sensor's first object is geom 2's side)."""
+  objtype, objid = int(m.sensor_objtype[i]), int(m.sensor_objid[i])
+  reftype, refid = int(m.sensor_reftype[i]), int(m.sensor_refid[i])
+  geom = jnp.asarray(collision.slot_geom(m, d))
+  body = jnp.asarray(m.geom_bodyid)[geom]
+  exist = d.contact_exist
+  if objtype == ObjType.UNKNOWN and reftype == ObjType.UNKNOWN:
+    return exist.astype(jnp.int32)
+  if objtype == ObjType.SITE:
+    local = (d.contact_pos - d.site_xpos[objid][None, :]) @ d.site_xmat[objid]
+    size = jnp.broadcast_to(m.site_size[objid], local.shape)
+    exist = exist & _inside(int(m.site_type[objid]), size, local)
+  m11, m12 = (_check_match(m, objtype, objid, body[:, k], geom[:, k]) for k in (0, 1))
+  m21, m22 = (_check_match(m, reftype, refid, body[:, k], geom[:, k]) for k in (0, 1))
+  exist = exist & (m11 | m12) & (m21 | m22)
+  if objtype != ObjType.UNKNOWN and reftype != ObjType.UNKNOWN:
+    flip = (m12 & m21) & ~(m11 & m22)
+  elif objtype != ObjType.UNKNOWN:
+    flip = ~m11
+  else:
+    flip = ~m22
+  return jnp.where(exist, jnp.where(flip, -1, 1), 0)
+
+
+def _contact_velocity(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
+  """Velocity of geom 2's body relative to geom 1's at each contact (nconmax, 3), linear (at
+  the contact point) and angular, in the contact frame."""
+  body1, body2 = constraint.slot_bodies(m, d)
+
+  def velocity(body):
+    ang, lin = d.cvel[body, :3], d.cvel[body, 3:]
+    arm = d.contact_pos - d.subtree_com[jnp.asarray(m.body_rootid)[body]]
+    return lin + math.cross(ang, arm), ang
+
+  (lin1, ang1), (lin2, ang2) = velocity(body1), velocity(body2)
+  to_frame = lambda v: jnp.einsum("nij,nj->ni", d.contact_frame, v)
+  return to_frame(lin2 - lin1), to_frame(ang2 - ang1)
+
+
+def _contact_values(m: Model, d: Data, spec: int, stage: int) -> jax.Array:
+  """Every mjCONDATA field of every contact slot (nconmax, 23), unflipped; fields the stage
+  cannot have yet are zero (the sensor's spec never asks for them)."""
+  n, dtype = m.nconmax, d.qpos.dtype
+  wrench = contact_force(m, d) if stage == Stage.ACC else jnp.zeros((n, 6), dtype)
+  vel = (_contact_velocity(m, d) if spec & (3 << 7) else (jnp.zeros((n, 3), dtype),) * 2)
+  return jnp.concatenate([jnp.zeros((n, 1), dtype), wrench[:, :3], wrench[:, 3:],
+                          d.contact_dist[:, None], d.contact_pos, d.contact_frame[:, 0],
+                          d.contact_frame[:, 1], *vel], axis=1)
+
+
+def _flip_signs(spec: int) -> np.ndarray:
+  """Sign of each value of a contact slot (size,) in a flipped contact frame: force, torque and
+  velocities change the sign of z, the normal and the tangent turn around."""
+  signs = [np.ones(1), _FLIP, _FLIP, np.ones(1), np.ones(3), -np.ones(3), -np.ones(3), _FLIP,
+           _FLIP]
+  return np.concatenate([signs[k] for k in range(9) if spec & (1 << k)])
+
+
+def _spec_columns(spec: int) -> np.ndarray:
+  """Columns of _contact_values that the data bits ``spec`` select, in order."""
+  start = np.cumsum((0,) + _CONDATA_SIZE)
+  return np.concatenate([np.arange(start[k], start[k + 1]) for k in range(9) if spec & (1 << k)])
+
+
+def _net_contact(m: Model, d: Data, match: jax.Array, spec: int) -> jax.Array:
+  """The netforce reduction's one slot (size,): the matched contacts' total wrench in the world
+  frame about their force-weighted centroid."""
+  dtype = d.qpos.dtype
+  wrench = contact_force(m, d) * jnp.where(match < 0, -1.0, 1.0).astype(dtype)[:, None]
+  wrench = jnp.where((match != 0)[:, None], wrench, 0.0)
+  force = jnp.einsum("nji,nj->ni", d.contact_frame, wrench[:, :3])   # frame' f
+  torque = jnp.einsum("nji,nj->ni", d.contact_frame, wrench[:, 3:])
+  weight = math.safe_norm(wrench, axis=-1)
+  total = jnp.sum(weight)
+  point = jnp.sum(d.contact_pos * weight[:, None], axis=0) / jnp.maximum(total, math.MINVAL)
+  torque = jnp.sum(torque + math.cross(d.contact_pos - point[None, :], force), axis=0)
+  nfound = jnp.sum(match != 0).astype(dtype)
+  zeros = jnp.zeros(3, dtype)
+  values = jnp.concatenate([nfound[None], jnp.sum(force, axis=0), torque, zeros[:1], point,
+                            jnp.eye(3, dtype=dtype)[0], jnp.eye(3, dtype=dtype)[1], zeros,
+                            zeros])
+  return values[_spec_columns(spec)]
+
+
+def _contact(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """Contact sensors (n, dim): for each, its ``num`` slots of the contacts that match its
+  objects (in contact order, or the nearest or strongest first), each with the fields its
+  ``data`` asks for and the number of matches as ``found``; or with reduce="netforce" one slot
+  with the matches' total wrench. Slots without a contact are zero."""
+  out = []
+  for i in ids.tolist():
+    spec, reduce, num = (int(x) for x in m.sensor_intprm[i])
+    size = int(sum(_CONDATA_SIZE[k] for k in range(9) if spec & (1 << k)))
+    dim = int(m.sensor_dim[i])
+    if not m.nconmax:
+      out.append(jnp.zeros(dim, d.qpos.dtype))
+      continue
+    match = _contact_match(m, d, i)
+    if reduce == 3:
+      value = _net_contact(m, d, match, spec)
+      out.append(jnp.concatenate([value, jnp.zeros(dim - size, value.dtype)]))
+      continue
+    stage = int(m.sensor_needstage[i])
+    values = _contact_values(m, d, spec, stage)
+    found = match != 0
+    nfound = jnp.sum(found)
+    values = values.at[:, 0].set(nfound.astype(values.dtype))
+    if reduce == 0:
+      (order,) = jnp.nonzero(found, size=num, fill_value=0)
+    else:
+      criterion = (d.contact_dist if reduce == 1 else
+                   -jnp.sum(jnp.square(values[:, 1:4]), axis=-1))
+      order = jnp.argsort(jnp.where(found, criterion, jnp.inf), stable=True)[:num]
+    picked = values[order][:, _spec_columns(spec)]
+    signs = jnp.where((match[order] < 0)[:, None], _flip_signs(spec)[None, :],
+                      np.ones((1, size)))
+    picked = jnp.where((jnp.arange(num) < nfound)[:, None], picked * signs, 0.0)
+    out.append(picked.reshape(-1))
+  return jnp.stack(out)
+
+
 # ----------------------------------------------------------------------------- energy
 
 
@@ -483,6 +625,7 @@ _POS: dict[int, _Compute] = {
     S.E_POTENTIAL: lambda m, d, ids: jnp.broadcast_to(energy_pos(m, d), (len(ids), 1)),
     S.E_KINETIC: lambda m, d, ids: jnp.broadcast_to(energy_vel(m, d), (len(ids), 1)),
     S.CLOCK: lambda m, d, ids: jnp.broadcast_to(d.time, (len(ids), 1)),
+    S.CONTACT: _contact,
 }
 
 _VEL: dict[int, _Compute] = {
@@ -501,6 +644,7 @@ _VEL: dict[int, _Compute] = {
     S.FRAMEANGVEL: _frame_velocity(angular=True),
     S.SUBTREELINVEL: _subtreelinvel,
     S.SUBTREEANGMOM: _subtreeangmom,
+    S.CONTACT: _contact,
 }
 
 _ACC: dict[int, _Compute] = {
@@ -517,6 +661,7 @@ _ACC: dict[int, _Compute] = {
                                                      d.efc_force),
     S.FRAMELINACC: _frame_acceleration(angular=False),
     S.FRAMEANGACC: _frame_acceleration(angular=True),
+    S.CONTACT: _contact,
 }
 
 # types whose values need cacc, cfrc_int and cfrc_ext (mj_sensorAcc's mj_rnePostConstraint call)
@@ -532,7 +677,8 @@ def _groups(m: Model, stage: Stage) -> list[tuple[int, np.ndarray]]:
 def _cutoff(m: Model, ids: np.ndarray, value: jax.Array) -> jax.Array:
   """MuJoCo's apply_cutoff on (n, dim) values of sensors of one type."""
   datatype = int(m.sensor_datatype[ids[0]])
-  if datatype not in (DataType.REAL, DataType.POSITIVE) or m.sensor_type[ids[0]] == S.GEOMFROMTO:
+  if (datatype not in (DataType.REAL, DataType.POSITIVE)
+      or m.sensor_type[ids[0]] in (S.GEOMFROMTO, S.CONTACT)):
     return value
   cutoff = m.sensor_cutoff[ids][:, None]
   clipped = jnp.minimum(value, cutoff)

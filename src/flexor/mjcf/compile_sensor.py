@@ -8,8 +8,9 @@ may hold the object). Datatype, stage and dimension follow from the type; an act
 reports one value per force output.
 
 flexor computes every type in ``flexor.sensor``'s table, site-attached rangefinders included
-(``sensor_intprm[:, 0]`` holds the bits of their ``data`` fields); any other type, and a
-rangefinder on a camera, raises MJCFError.
+(``sensor_intprm[:, 0]`` holds the bits of their ``data`` fields), and contact sensors
+(``sensor_intprm``: the bits of their ``data`` fields, the reduction, the number of slots); any
+other type, and a rangefinder on a camera, raises MJCFError.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ _TAGS: dict[str, tuple[SensorType, str | None, ObjType]] = {
     "e_potential": (S.E_POTENTIAL, None, ObjType.UNKNOWN),
     "e_kinetic": (S.E_KINETIC, None, ObjType.UNKNOWN),
     "clock": (S.CLOCK, None, ObjType.UNKNOWN),
+    "contact": (S.CONTACT, None, ObjType.UNKNOWN),
 }
 
 # sensorNeedstage, sensorDatatype and mjs_sensorDim of the types above
@@ -98,6 +100,12 @@ _NO_REF = {S.FRAMELINACC, S.FRAMEANGACC}
 # mjRAYDATA_*: dist, dir, origin, point, normal, depth and their sizes
 _RAYDATA = {"dist": (0, 1), "dir": (1, 3), "origin": (2, 3), "point": (3, 3), "normal": (4, 3),
             "depth": (5, 1)}
+# mjCONDATA_*: found, force, torque, dist, pos, normal, tangent, and MuJoCo 4's linvel, angvel
+CONDATA = {"found": (0, 1), "force": (1, 3), "torque": (2, 3), "dist": (3, 1), "pos": (4, 3),
+           "normal": (5, 3), "tangent": (6, 3), "linvel": (7, 3), "angvel": (8, 3)}
+REDUCE = {"none": 0, "mindist": 1, "maxforce": 2, "netforce": 3}
+_CONTACT_SIDES = (("geom1", ObjType.GEOM, "geom"), ("body1", ObjType.BODY, "body"),
+                  ("subtree1", ObjType.XBODY, "body"), ("site", ObjType.SITE, "site"))
 _HISTORY = ("nsample", "delay", "interval")
 
 
@@ -143,20 +151,54 @@ def _check_distance_pairs(r: Reader, fields: dict[str, Any], objtype: int, objid
                     "(MuJoCo measures them with its convex solver)")
 
 
-def _rangefinder_data(r: Reader) -> tuple[int, int]:
-  """(values per ray, mjRAYDATA bit mask) of the ``data`` keywords, which must be in
-  mjRAYDATA order."""
-  keys = (r.text("data") or "dist").split()
+def _data_spec(r: Reader, table: dict[str, tuple[int, int]], default: str) -> tuple[int, int]:
+  """(values per ray or contact, bit mask) of the ``data`` keywords of a rangefinder
+  (mjRAYDATA) or a contact sensor (mjCONDATA), which must be in the table's order."""
+  keys = (r.text("data") or default).split()
   last = -1
   dim = spec = 0
   for key in keys:
-    if key not in _RAYDATA:
-      raise r.error(f"invalid keyword {key!r}; expected some of {', '.join(_RAYDATA)}", "data")
-    order, size = _RAYDATA[key]
+    if key not in table:
+      raise r.error(f"invalid keyword {key!r}; expected some of {', '.join(table)}", "data")
+    order, size = table[key]
     if order <= last:
-      raise r.error(f"data attributes must be in order: {', '.join(_RAYDATA)}", "data")
+      raise r.error(f"data attributes must be in order: {', '.join(table)}", "data")
     last, dim, spec = order, dim + size, spec | 1 << order
   return dim, spec
+
+
+def _contact_object(r: Reader, names: dict[str, Names], sides: tuple[tuple[str, ObjType, str], ...]
+                    ) -> tuple[int, int]:
+  """(ObjType, id) of a contact sensor's matching criterion: at most one of ``sides``'
+  attributes, none for any object."""
+  given = [side for side in sides if r.has(side[0])]
+  if len(given) > 1:
+    raise r.error(f"at most one of {', '.join(repr(a) for a, _, _ in sides)} can be specified",
+                  given[1][0])
+  if not given:
+    return int(ObjType.UNKNOWN), -1
+  attr, objtype, kind = given[0]
+  return int(objtype), names[kind](r, attr, kind)
+
+
+def _contact_sensor(r: Reader, names: dict[str, Names]) -> tuple[int, ...]:
+  """A contact sensor's objtype, objid, reftype, refid, dim, stage and intprm (data bits,
+  reduction, slots). Its stage: acc where a force, a torque or the reduction needs the contact
+  forces, vel for the velocities, else pos (MuJoCo 4)."""
+  objtype, objid = _contact_object(r, names, _CONTACT_SIDES)
+  reftype, refid = _contact_object(r, names, tuple(
+      (a.replace("1", "2"), t, k) for a, t, k in _CONTACT_SIDES[:3]))
+  num = r.int("num", 1)
+  if num <= 0:
+    raise r.error("'num' must be positive in sensor", "num")
+  size, spec = _data_spec(r, CONDATA, "found")
+  reduce = r.keyword("reduce", REDUCE, 0)
+  velocities = spec & (1 << CONDATA["linvel"][0] | 1 << CONDATA["angvel"][0])
+  if reduce == REDUCE["netforce"] and velocities:
+    raise r.error("netforce reduction is incompatible with linvel or angvel", "reduce")
+  forces = spec & (1 << CONDATA["force"][0] | 1 << CONDATA["torque"][0]) or reduce >= 2
+  stage = Stage.ACC if forces else Stage.VEL if velocities else Stage.POS
+  return objtype, objid, reftype, refid, num * size, int(stage), spec, reduce, num
 
 
 def compile_sensors(source: Source, names: dict[str, Names],
@@ -201,7 +243,11 @@ def compile_sensors(source: Source, names: dict[str, Names],
         raise r.error("camera rangefinders are not supported by flexor yet (it has no cameras)",
                       "camera")
       objid, reftype, refid = -1, int(ObjType.UNKNOWN), -1
-      if attr is not None:
+      intprm = (0, 0, 0)
+      stage = Stage.ACC if stype in _ACC else Stage.VEL if stype in _VEL else Stage.POS
+      if stype == S.CONTACT:
+        objtype, objid, reftype, refid, dim, stage, *intprm = _contact_sensor(r, names)
+      elif attr is not None:
         if r.text(attr) is None:
           raise r.error("required attribute missing", attr)
         kind = {"joint": "jnt"}.get(attr, attr)
@@ -220,7 +266,8 @@ def compile_sensors(source: Source, names: dict[str, Names],
           reftype, refid = int(ObjType.SITE), names["site"](r, "site")
         elif stype not in _NO_REF and r.has("reftype"):
           reftype, refid = _frame_object(r, names, "reftype", "refname")
-      dim = 3 if stype in _DIM3 else 4 if stype in _DIM4 else 6 if stype == S.GEOMFROMTO else 1
+      if stype != S.CONTACT:
+        dim = 3 if stype in _DIM3 else 4 if stype in _DIM4 else 6 if stype == S.GEOMFROMTO else 1
       if objtype == ObjType.JOINT:
         jtype = jnt_type[objid]
         if stype in (S.JOINTPOS, S.JOINTVEL, S.JOINTACTFRC) and jtype not in (JointType.SLIDE,
@@ -235,9 +282,9 @@ def compile_sensors(source: Source, names: dict[str, Names],
         raise r.error("tendon must be limited in sensor", attr)
       if objtype == ObjType.ACTUATOR:
         dim = int(outnum[objid])
-      intprm = 0
       if stype == S.RANGEFINDER:
-        dim, intprm = _rangefinder_data(r)
+        dim, spec = _data_spec(r, _RAYDATA, "dist")
+        intprm = (spec, 0, 0)
       datatype = _DATATYPE.get(stype, DataType.REAL)
       axis = datatype in (DataType.AXIS, DataType.QUATERNION) and stype != S.GEOMNORMAL
       if cutoff > 0 and axis:
@@ -246,11 +293,10 @@ def compile_sensors(source: Source, names: dict[str, Names],
       if name and name in sensor_names:
         raise r.error(f"repeated sensor name {name!r}", "name")
       sensor_names.append(name)
-      stage = Stage.ACC if stype in _ACC else Stage.VEL if stype in _VEL else Stage.POS
       for key, value in (("type", stype), ("datatype", datatype), ("needstage", stage),
                          ("objtype", objtype), ("objid", objid), ("reftype", reftype),
                          ("refid", refid), ("dim", dim), ("cutoff", cutoff), ("noise", noise),
-                         ("intprm", (intprm, 0, 0))):
+                         ("intprm", tuple(intprm))):
         rows[key].append(value if key in ("cutoff", "noise", "intprm") else int(value))
   out: dict[str, Any] = {f"sensor_{k}": np.array(v, dtype=np.float64 if k in ("cutoff", "noise")
                                                   else np.int32) for k, v in rows.items()}
