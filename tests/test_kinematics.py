@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
+import flexor
 import smooth_support
 import support
 from flexor import kinematics as K
@@ -23,7 +24,7 @@ TOL = 1e-9
 
 FIELDS = ("xpos", "xquat", "xmat", "xipos", "ximat", "xanchor", "xaxis", "geom_xpos",
           "geom_xmat", "site_xpos", "site_xmat", "subtree_com", "cinert", "cdof", "cvel",
-          "cdof_dot")
+          "cdof_dot", "cam_xpos", "cam_xmat", "light_xpos", "light_xdir")
 
 
 def random_state(m: mujoco.MjModel, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -162,3 +163,80 @@ def test_mocap_bodies_follow_mocap_pose():
                                            mocap_quat=jnp.asarray(d.mocap_quat)))
   for field in ("xpos", "xquat", "xanchor", "geom_xpos"):
     assert support.relerr(getattr(fd, field), getattr(d, field)) <= TOL, field
+
+
+CAMLIGHT_XML = """
+<mujoco>
+  <worldbody>
+    <light name="sun" pos="0 0 4" dir="0.2 0.1 -1"/>
+    <body name="torso" pos="0 0 1" euler="10 -20 30">
+      <freejoint/>
+      <geom size="0.1"/>
+      <site name="s"/>
+      <camera name="fixed" pos="0.5 0.1 0.2" xyaxes="0 1 0 -0.3 0 1"/>
+      <camera name="track" mode="track" pos="0.5 0.1 0.2" euler="5 6 7"/>
+      <camera name="trackcom" mode="trackcom" pos="0 -1 0.5" zaxis="0 -1 1"/>
+      <camera name="target" mode="targetbody" target="arm" pos="1 2 3"/>
+      <camera name="targetcom" mode="targetbodycom" target="arm" pos="-1 0.5 2" euler="5 6 7"/>
+      <camera name="notarget" mode="targetbody" pos="0 0 1"/>
+      <camera name="optic" pos="0.2 0.1 1.5" euler="10 5 0" sensorsize="0.01 0.008"
+              resolution="640 480" focalpixel="700 650"/>
+      <frame pos="0.1 0 0" euler="0 0 90">
+        <camera name="framed" pos="0.2 0 0" euler="0 30 0"/>
+        <light name="framed_light" pos="0.2 0 0" dir="1 0 0"/>
+      </frame>
+      <light name="track_light" mode="track" pos="0.3 0 1" dir="1 1 -1"/>
+      <light name="trackcom_light" mode="trackcom" pos="0.3 0 1"/>
+      <light name="target_light" mode="targetbody" target="arm" pos="0 0 2"/>
+      <light name="targetcom_light" mode="targetbodycom" target="torso" pos="0 1 2"/>
+      <body name="arm" pos="0.3 0 0">
+        <joint type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 0.4 0 0" size="0.04"/>
+        <camera name="on_arm" pos="0.4 0 0.1" euler="90 0 0"/>
+        <site name="tip" pos="0.4 0 0"/>
+      </body>
+    </body>
+  </worldbody>
+  <sensor>
+    <framepos objtype="camera" objname="on_arm"/>
+    <framequat objtype="camera" objname="target"/>
+    <framexaxis objtype="camera" objname="track"/>
+    <framepos objtype="site" objname="s" reftype="camera" refname="trackcom"/>
+    <framelinvel objtype="camera" objname="framed"/>
+    <frameangvel objtype="camera" objname="targetcom"/>
+    <camprojection site="tip" camera="optic"/>
+    <camprojection site="tip" camera="trackcom"/>
+  </sensor>
+</mujoco>"""
+
+
+def test_cameras_and_lights_match_mujoco_in_every_mode():
+  """cam_xpos/xmat and light_xpos/xdir (mj_camlight) for every mode, in <frame>s and with and
+  without targets, compiled by flexor, at random states; and frame sensors on cameras and
+  camera projections (from fovy, and from a sensor's intrinsics)."""
+  mj = mujoco.MjModel.from_xml_string(CAMLIGHT_XML)
+  fm = flexor.load_mjcf_string(CAMLIGHT_XML)
+  forward = jax.jit(flexor.forward)
+  rng = np.random.default_rng(4)
+  md = mujoco.MjData(mj)
+  for _ in range(4):
+    md.qpos[:], md.qvel[:] = random_state(mj, rng)
+    mujoco.mj_forward(mj, md)
+    d = forward(fm, make_data(fm).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel)))
+    for field in ("cam_xpos", "cam_xmat", "light_xpos", "light_xdir", "sensordata"):
+      assert support.relerr(getattr(d, field), getattr(md, field)) < 1e-12, field
+
+
+def test_camera_gradients_match_finite_differences():
+  """d(cam_xpos, cam_xmat, light_xdir) / d qpos of tracking and targeting cameras and lights."""
+  fm = flexor.load_mjcf_string(CAMLIGHT_XML)
+  d0 = make_data(fm)
+
+  def frames(qpos):
+    d = K.camlight(fm, K.com_pos(fm, K.kinematics(fm, d0.replace(qpos=qpos))))
+    return jnp.sum(d.cam_xpos ** 2) + jnp.sum(d.cam_xmat[:, 0] * d.cam_xmat[:, 2]) + jnp.sum(
+        d.light_xdir * d.light_xpos)
+
+  qpos = jnp.asarray(random_state(mujoco.MjModel.from_xml_string(CAMLIGHT_XML),
+                                  np.random.default_rng(5))[0])
+  check_grads(jax.jit(frames), (qpos,), order=1, modes=("rev",), eps=1e-6, atol=1e-6, rtol=1e-6)

@@ -330,6 +330,18 @@ _CASES = [
     ("tendon_no_autolimits", _ten("<fixed range='0 1'>\n<joint joint='j' coef='1'/>\n"
                                   "</fixed>", "<compiler autolimits='false'/>"), 13, "fixed",
      "range", "limited"),
+    ("camera_target", _body(_GOOD_BODY + "<camera mode='targetbody' target='nope'/>"), 4,
+     "camera", "target", "unknown target body 'nope'"),
+    ("camera_fovy", _body(_GOOD_BODY + "<camera fovy='180'/>"), 4, "camera", "fovy",
+     "fovy too large"),
+    ("camera_focal", _body(_GOOD_BODY + "<camera focal='0.01 0.01'/>"), 4, "camera", "focal",
+     "require sensorsize"),
+    ("camera_mode", _body(_GOOD_BODY + "<camera mode='orbit'/>"), 4, "camera", "mode",
+     "invalid keyword"),
+    ("light_target", _body(_GOOD_BODY + "<light mode='targetbody' target='nope'/>"), 4,
+     "light", "target", "unknown target body 'nope'"),
+    ("camera_repeated", _body(_GOOD_BODY + "<camera name='c'/>\n<camera name='c'/>"), 5,
+     "camera", "name", "repeated camera name"),
 ]
 
 # Features flexor refuses with "not supported by flexor yet" although MuJoCo compiles them.

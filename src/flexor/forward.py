@@ -36,6 +36,7 @@ def fwd_position(m: Model, d: Data) -> Data:
   with jax.named_scope("fwd_position"):
     d = kinematics.kinematics(m, d)
     d = kinematics.com_pos(m, d)
+    d = kinematics.camlight(m, d)
     d = tendon(m, d)
     d = crb(m, d)
     d = factor_m(m, d)

@@ -1,4 +1,5 @@
-"""Position and velocity kinematics: ``kinematics``, ``com_pos``, ``com_vel`` and Jacobians.
+"""Position and velocity kinematics: ``kinematics``, ``com_pos``, ``camlight``, ``com_vel`` and
+Jacobians.
 
 Forward kinematics is the only non-linear pass over the tree. Each body's transform relative to
 its parent depends on its own joints only, so all of them are computed in parallel first (one
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import math, tree
-from flexor.types import Data, JointType, Model, SameFrame
+from flexor.types import CamLight, Data, JointType, Model, SameFrame
 
 
 def _compose(pos_a: jax.Array, quat_a: jax.Array, pos_b: jax.Array, quat_b: jax.Array):
@@ -169,6 +170,69 @@ def com_pos(m: Model, d: Data) -> Data:
     cdof = jnp.concatenate([jnp.where(rot, axis, 0.0),
                             jnp.where(rot, math.cross(axis, offset), axis)], axis=-1)
   return d.replace(subtree_com=subtree_com, cinert=cinert, cdof=cdof)
+
+
+def _unit3(v: jax.Array) -> jax.Array:
+  """v / |v| along the last axis, (1, 0, 0) where |v| < mjMINVAL (mju_normalize3)."""
+  n = math.safe_norm(v, keepdims=True)
+  small = n < math.MINVAL
+  return jnp.where(small, jnp.zeros_like(v).at[..., 0].set(1.0), v / jnp.where(small, 1.0, n))
+
+
+def fixed_camlight(m: Model, d: Data) -> tuple[jax.Array, ...]:
+  """Cameras' and lights' frames moving rigidly with their bodies, after kinematics: cam_xpos
+  (ncam, 3), cam_xmat (ncam, 3, 3), light_xpos (nlight, 3), light_xdir (nlight, 3), unit."""
+  cam_xpos, cam_quat = _compose(d.xpos[m.cam_bodyid], d.xquat[m.cam_bodyid], m.cam_pos,
+                                m.cam_quat)
+  light_xpos = d.xpos[m.light_bodyid] + math.rot_vec_quat(m.light_pos, d.xquat[m.light_bodyid])
+  light_xdir = _unit3(math.rot_vec_quat(m.light_dir, d.xquat[m.light_bodyid]))
+  return cam_xpos, math.quat_to_mat(cam_quat), light_xpos, light_xdir
+
+
+def _modes(mode: np.ndarray, target: np.ndarray, body: np.ndarray, d: Data, fixed_pos: jax.Array,
+           pos0: jax.Array, poscom0: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(position, whether the orientation is the stored one, the point looked at) of cameras or
+  lights in their modes: tracking modes move with the body or its subtree com at a stored
+  orientation; target modes keep the fixed position and look at the target body or its com."""
+  col = lambda x: x[:, None]
+  pos = jnp.where(col(mode == CamLight.TRACK), d.xpos[body] + pos0,
+                  jnp.where(col(mode == CamLight.TRACKCOM), d.subtree_com[body] + poscom0,
+                            fixed_pos))
+  tracking = col(np.isin(mode, (CamLight.TRACK, CamLight.TRACKCOM)))
+  aim = np.maximum(target, 0)
+  lookat = jnp.where(col(mode == CamLight.TARGETBODY), d.xpos[aim], d.subtree_com[aim])
+  return pos, tracking, lookat
+
+
+def camlight(m: Model, d: Data) -> Data:
+  """Computes cam_xpos, cam_xmat, light_xpos, light_xdir (mj_camlight), after com_pos.
+
+  A targeting camera's z axis points away from what it looks at and its x axis is horizontal
+  (orthogonal to the world's z); a targeting light points at it. Without a target the mode
+  acts as fixed."""
+  if not m.ncam and not m.nlight:
+    return d
+  with jax.named_scope("camlight"):
+    cam_xpos, cam_xmat, light_xpos, light_xdir = fixed_camlight(m, d)
+    targets = lambda mode, target: (np.isin(mode, (CamLight.TARGETBODY, CamLight.TARGETBODYCOM))
+                                    & (target >= 0))[:, None]
+    if m.ncam:
+      cam_xpos, tracking, lookat = _modes(m.cam_mode, m.cam_targetbodyid, m.cam_bodyid, d,
+                                          cam_xpos, m.cam_pos0, m.cam_poscom0)
+      z = _unit3(cam_xpos - lookat)
+      x = _unit3(math.cross(jnp.broadcast_to(jnp.eye(3, dtype=z.dtype)[2], z.shape), z))
+      look = jnp.stack([x, _unit3(math.cross(z, x)), z], axis=-1)
+      aimed = targets(m.cam_mode, m.cam_targetbodyid)[..., None]
+      cam_xmat = jnp.where(tracking[..., None], m.cam_mat0.reshape(-1, 3, 3),
+                           jnp.where(aimed, look, cam_xmat))
+    if m.nlight:
+      light_xpos, tracking, lookat = _modes(m.light_mode, m.light_targetbodyid, m.light_bodyid,
+                                            d, light_xpos, m.light_pos0, m.light_poscom0)
+      aimed = targets(m.light_mode, m.light_targetbodyid)
+      light_xdir = _unit3(jnp.where(tracking, m.light_dir0,
+                                    jnp.where(aimed, lookat - light_xpos, light_xdir)))
+  return d.replace(cam_xpos=cam_xpos, cam_xmat=cam_xmat, light_xpos=light_xpos,
+                   light_xdir=light_xdir)
 
 
 def com_vel(m: Model, d: Data) -> Data:

@@ -9,7 +9,7 @@ Noise (``sensor_noise``) is reported for users and never added, as in MuJoCo.
 Sensors are computed per type, vectorized over the sensors of that type with static index
 arrays, and scattered into sensordata; the only Python loop is over the types present. Frame
 objects are looked up in one table of frames: the inertial frames of bodies (ObjType.BODY), body
-frames (XBODY), geoms and sites, in that order.
+frames (XBODY), geoms, sites and cameras, in that order.
 
 Rangefinders cast their rays with ``flexor.ray``; the geom distance sensors call the narrow
 phase's primitive colliders (``collision_primitive``) with the cutoff as margin. The energy
@@ -44,21 +44,22 @@ _Compute = Callable[[Model, Data, np.ndarray], jax.Array]
 def _frame_index(m: Model, objtype: np.ndarray, objid: np.ndarray) -> np.ndarray:
   """Rows of the frame table (see the module docstring) of objects (n,)."""
   offset = np.zeros(max(ObjType) + 1, dtype=np.int64)
-  offset[[ObjType.XBODY, ObjType.GEOM, ObjType.SITE]] = (m.nbody, 2 * m.nbody,
-                                                        2 * m.nbody + m.ngeom)
+  offset[[ObjType.XBODY, ObjType.GEOM, ObjType.SITE, ObjType.CAMERA]] = (
+      m.nbody, 2 * m.nbody, 2 * m.nbody + m.ngeom, 2 * m.nbody + m.ngeom + m.nsite)
   return offset[np.asarray(objtype, dtype=np.int64)] + np.asarray(objid, dtype=np.int64)
 
 
 def _frame_body(m: Model, objtype: np.ndarray, objid: np.ndarray) -> np.ndarray:
   """Body ids (n,) that frame objects move with."""
-  body = np.concatenate([np.arange(m.nbody), np.arange(m.nbody), m.geom_bodyid, m.site_bodyid])
+  body = np.concatenate([np.arange(m.nbody), np.arange(m.nbody), m.geom_bodyid, m.site_bodyid,
+                         m.cam_bodyid])
   return body[_frame_index(m, objtype, objid)].astype(np.int64)
 
 
 def _frames(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray):
   """World positions (n, 3) and orientations (n, 3, 3) of frame objects (get_xpos_xmat)."""
-  pos = jnp.concatenate([d.xipos, d.xpos, d.geom_xpos, d.site_xpos])
-  mat = jnp.concatenate([d.ximat, d.xmat, d.geom_xmat, d.site_xmat])
+  pos = jnp.concatenate([d.xipos, d.xpos, d.geom_xpos, d.site_xpos, d.cam_xpos])
+  mat = jnp.concatenate([d.ximat, d.xmat, d.geom_xmat, d.site_xmat, d.cam_xmat])
   index = _frame_index(m, objtype, objid)
   return pos[index], mat[index]
 
@@ -66,7 +67,7 @@ def _frames(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray):
 def _frame_quats(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray) -> jax.Array:
   """World orientations (n, 4) of frame objects: body xquat times the local quat (get_xquat)."""
   unit = jnp.broadcast_to(jnp.array([1.0, 0.0, 0.0, 0.0], d.xquat.dtype), (m.nbody, 4))
-  local = jnp.concatenate([m.body_iquat, unit, m.geom_quat, m.site_quat])
+  local = jnp.concatenate([m.body_iquat, unit, m.geom_quat, m.site_quat, m.cam_quat])
   index = _frame_index(m, objtype, objid)
   return math.quat_mul(d.xquat[_frame_body(m, objtype, objid)], local[index])
 
@@ -163,6 +164,28 @@ def _in_reference(m: Model, d: Data, ids: np.ndarray, value: jax.Array,
   reftype = np.where(has_ref, m.sensor_reftype[ids], int(ObjType.XBODY))
   ref_pos, ref_mat = _frames(m, d, reftype, np.maximum(refid, 0))
   return jnp.where(has_ref[:, None], relative(ref_mat, ref_pos), value)
+
+
+def _camprojection(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """Pixel coordinates (n, 2) of sites in cameras' images (cam_project): x to the right, y
+  down, from the top-left corner. With a sensor size the focal lengths in pixels come from
+  the intrinsics in float32, as MuJoCo computes them; otherwise from fovy."""
+  site, cam = _objid(m, ids), m.sensor_refid[ids]
+  dtype = d.qpos.dtype
+  res = m.cam_resolution[cam].astype(np.float64)
+  sensor = m.cam_sensorsize[cam]
+  f32 = lambda x: x.astype(jnp.float32)
+  from_intrinsic = (f32(m.cam_intrinsic[cam, :2]) / f32(sensor) * res.astype(np.float32)
+                    ).astype(dtype)
+  from_fovy = (0.5 / jnp.tan(m.cam_fovy[cam] * np.pi / 360.0) * res[:, 1])[:, None]
+  has_sensor = ((sensor[:, 0] != 0) & (sensor[:, 1] != 0))[:, None]
+  focal = jnp.where(has_sensor, from_intrinsic, from_fovy)
+  local = _to_local(d.cam_xmat[cam], d.site_xpos[site] - d.cam_xpos[cam])
+  depth = local[:, 2]
+  depth = jnp.where(jnp.abs(depth) < math.MINVAL,
+                    jnp.where(depth < 0, -math.MINVAL, math.MINVAL), depth)
+  return jnp.stack([-focal[:, 0] * (local[:, 0] / depth) + 0.5 * res[:, 0],
+                    focal[:, 1] * (local[:, 1] / depth) + 0.5 * res[:, 1]], axis=-1)
 
 
 def _framepos(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
@@ -626,6 +649,7 @@ _POS: dict[int, _Compute] = {
     S.E_KINETIC: lambda m, d, ids: jnp.broadcast_to(energy_vel(m, d), (len(ids), 1)),
     S.CLOCK: lambda m, d, ids: jnp.broadcast_to(d.time, (len(ids), 1)),
     S.CONTACT: _contact,
+    S.CAMPROJECTION: _camprojection,
 }
 
 _VEL: dict[int, _Compute] = {

@@ -171,9 +171,23 @@ def _constants(m: Model, reset: Data, dampratio: tuple[int, ...],
              body_invweight0=_body_invweight(m, d) if m.nv else m.body_invweight0,
              stat_meaninertia=jnp.mean(jnp.diagonal(d.qM)) if m.nv else m.stat_meaninertia,
              actuator_biasprm=_dampratio(m, d, dampratio))
+  out.update(_camlight0(m, d))
   if springs:
     out["tendon_lengthspring"] = _spring_lengths(m, reset)
   return out
+
+
+def _camlight0(m: Model, d: Data) -> dict[str, jax.Array]:
+  """cam_pos0, cam_poscom0, cam_mat0, light_pos0, light_poscom0, light_dir0: the fixed-mode
+  frames at qpos0 relative to the body, and to the subtree com of the target (else the body)."""
+  cam_xpos, cam_xmat, light_xpos, light_xdir = kinematics.fixed_camlight(m, d)
+  com = lambda target, body: d.subtree_com[np.where(target >= 0, target, body)]
+  return dict(cam_pos0=cam_xpos - d.xpos[m.cam_bodyid],
+              cam_poscom0=cam_xpos - com(m.cam_targetbodyid, m.cam_bodyid),
+              cam_mat0=cam_xmat.reshape(-1, 9),
+              light_pos0=light_xpos - d.xpos[m.light_bodyid],
+              light_poscom0=light_xpos - com(m.light_targetbodyid, m.light_bodyid),
+              light_dir0=light_xdir)
 
 
 def _springdamper(m: Model, springdamper: np.ndarray, invweight: jax.Array):

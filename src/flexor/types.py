@@ -98,6 +98,15 @@ class EnableBit(enum.IntFlag):
   SPECULATIVE = 1 << 7
 
 
+class CamLight(enum.IntEnum):
+  """mjtCamLight: how a camera or light moves with its body."""
+  FIXED = 0          # rigidly with the body
+  TRACK = 1          # with the body's position, at a fixed world orientation
+  TRACKCOM = 2       # with the body's subtree centre of mass, at a fixed world orientation
+  TARGETBODY = 3     # with the body, looking at the target body
+  TARGETBODYCOM = 4  # with the body, looking at the target's subtree centre of mass
+
+
 class SameFrame(enum.IntEnum):
   """mjtSameFrame: a frame the compiler found to coincide with its body's frame (or inertial
   frame), within 1e-7; kinematics then copies instead of composing."""
@@ -528,6 +537,8 @@ class Model(_Node):
   njnt: int
   ngeom: int
   nsite: int
+  ncam: int
+  nlight: int
   nmesh: int
   nmeshvert: int
   nmeshface: int
@@ -647,6 +658,30 @@ class Model(_Node):
   site_quat: jax.Array = _field("nsite", 4)
   site_size: jax.Array = _field("nsite", 3, fill=0.005)
   site_type: np.ndarray = _field("nsite", fill=2)   # GeomType of the site's volume (touch sensors)
+
+  # cameras and lights (mj_camlight): a pose on a body and a CamLight mode; the *0 fields are
+  # the fixed-mode frames at qpos0, relative to the body (pos0) or to the subtree com of the
+  # target or else the body (poscom0), set by flexor.setconst; the optics as mjModel holds them
+  cam_mode: np.ndarray = _field("ncam", fill=0)
+  cam_bodyid: np.ndarray = _field("ncam")
+  cam_targetbodyid: np.ndarray = _field("ncam", fill=-1)
+  cam_pos: jax.Array = _field("ncam", 3)
+  cam_quat: jax.Array = _field("ncam", 4)
+  cam_poscom0: jax.Array = _field("ncam", 3, fill=0.0)
+  cam_pos0: jax.Array = _field("ncam", 3, fill=0.0)
+  cam_mat0: jax.Array = _field("ncam", 9, fill=(1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0))
+  cam_fovy: jax.Array = _field("ncam", fill=45.0)             # degrees
+  cam_resolution: np.ndarray = _field("ncam", 2, fill=1)      # pixels
+  cam_sensorsize: jax.Array = _field("ncam", 2, fill=0.0)     # m
+  cam_intrinsic: jax.Array = _field("ncam", 4, fill=(0.01, 0.01, 0.0, 0.0))  # focal, principal
+  light_mode: np.ndarray = _field("nlight", fill=0)
+  light_bodyid: np.ndarray = _field("nlight")
+  light_targetbodyid: np.ndarray = _field("nlight", fill=-1)
+  light_pos: jax.Array = _field("nlight", 3)
+  light_dir: jax.Array = _field("nlight", 3)                  # unit
+  light_poscom0: jax.Array = _field("nlight", 3, fill=0.0)
+  light_pos0: jax.Array = _field("nlight", 3, fill=0.0)
+  light_dir0: jax.Array = _field("nlight", 3, fill=(0.0, 0.0, -1.0))
 
   # meshes: vertices (traced: collision differentiates through them) in the mesh's centred,
   # principal frame; mesh_graph is the convex hull as MuJoCo lays it out (mjCMesh::MakeGraph):
@@ -833,6 +868,8 @@ class Model(_Node):
   names_jnt: tuple[str, ...]
   names_geom: tuple[str, ...]
   names_site: tuple[str, ...]
+  names_cam: tuple[str, ...]
+  names_light: tuple[str, ...]
   names_actuator: tuple[str, ...]
   names_tendon: tuple[str, ...]
   names_sensor: tuple[str, ...]
@@ -899,6 +936,10 @@ class Data:
   geom_xmat: jax.Array = _field("ngeom", 3, 3, fill=_EYE3)
   site_xpos: jax.Array = _field("nsite", 3, fill=0.0)
   site_xmat: jax.Array = _field("nsite", 3, 3, fill=_EYE3)
+  cam_xpos: jax.Array = _field("ncam", 3, fill=0.0)
+  cam_xmat: jax.Array = _field("ncam", 3, 3, fill=_EYE3)
+  light_xpos: jax.Array = _field("nlight", 3, fill=0.0)
+  light_xdir: jax.Array = _field("nlight", 3, fill=0.0)
   # com-based quantities: spatial vectors are (rotation, translation) about subtree_com[root]
   subtree_com: jax.Array = _field("nbody", 3, fill=0.0)
   cinert: jax.Array = _field("nbody", 10, fill=0.0)   # (Ixx Iyy Izz Ixy Ixz Iyz, m*c, m)

@@ -200,6 +200,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       nout=int(np.sum(f.get("actuator_outnum", np.ones(nactuator)))), na=int(act_num.sum()),
       nbody=nbody, njnt=njnt,
       ngeom=len(f["geom_type"]), nsite=len(f["site_bodyid"]),
+      ncam=len(f.get("cam_bodyid", ())), nlight=len(f.get("light_bodyid", ())),
       nmesh=len(f.get("mesh_vertadr", ())), nmeshvert=len(f.get("mesh_vert", ())),
       nmeshface=len(f.get("mesh_face", ())), nmat=len(f.get("mat_rgba", ())),
       nmeshgraph=len(f.get("mesh_graph", ())), nmeshpoly=len(f.get("mesh_polyvertadr", ())),
@@ -260,7 +261,8 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       opt=option if option is not None else make_option(dtype),
   )
   for kind, count in (("body", nbody), ("jnt", njnt), ("geom", sizes["ngeom"]),
-                      ("site", sizes["nsite"]), ("actuator", nactuator), ("tendon", sizes["ntendon"]),
+                      ("site", sizes["nsite"]), ("cam", sizes["ncam"]),
+                      ("light", sizes["nlight"]), ("actuator", nactuator), ("tendon", sizes["ntendon"]),
                       ("sensor", sizes["nsensor"]), ("key", sizes["nkey"])):
     out[f"names_{kind}"] = tuple(f.get(f"names_{kind}", ("",) * count))
   out.update(_actuator_tables(out, jnt_type))

@@ -393,7 +393,8 @@ def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str,
                                np.float64).reshape(-1, 4)
   names = {kind: Names(source, label, fields[f"names_{kind}"])
            for kind, label in (("body", "body"), ("jnt", "joint"), ("geom", "geom"),
-                               ("site", "site"))}
+                               ("site", "site"), ("cam", "camera"))}
+  names["camera"] = names.pop("cam")
   fields.update(compile_tendons(source, defaults, compiler, names, fields))
   names["tendon"] = Names(source, "tendon", fields.get("names_tendon", ()))
   fields.update(compile_actuators(source, defaults, compiler, names, fields))

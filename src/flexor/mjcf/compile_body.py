@@ -35,6 +35,7 @@ _SIZE_REQUIRED = {GeomType.SPHERE: 1, GeomType.CAPSULE: 2, GeomType.CYLINDER: 2,
 _SOLREF = (0.02, 1.0)
 _SOLIMP = (0.9, 0.95, 0.001, 0.5, 2.0)
 _UNIT = np.array([1.0, 0.0, 0.0, 0.0])
+_CAMLIGHT = {"fixed": 0, "track": 1, "trackcom": 2, "targetbody": 3, "targetbodycom": 4}
 INERTIA_FROM_GEOM = {"false": 0, "true": 1, "auto": 2}
 _FLUID_SHAPES = {"none": 0, "ellipsoid": 1}
 
@@ -66,6 +67,8 @@ class Tree:
   jnt: dict[str, list[Any]]
   geom: dict[str, list[Any]]
   site: dict[str, list[Any]]
+  cam: dict[str, list[Any]]
+  light: dict[str, list[Any]]
   qpos0: list[float]
   qpos_spring: list[float]
   springdamper: list[np.ndarray] = dataclasses.field(default_factory=list)  # per joint
@@ -83,6 +86,9 @@ def _new_tree() -> Tree:
                     "solmix solref solimp size rbound pos quat friction margin gap fluid name "
                     "element mass inertia rgba matid".split()},
               site={k: [] for k in "bodyid pos quat size type name element".split()},
+              cam={k: [] for k in "bodyid mode target pos quat fovy resolution sensorsize "
+                   "intrinsic name element".split()},
+              light={k: [] for k in "bodyid mode target pos dir name element".split()},
               qpos0=[], qpos_spring=[])
 
 
@@ -228,6 +234,10 @@ class TreeCompiler:
         self._geom(bodyid, element, frame)
       elif element.tag == "site":
         self._site(bodyid, element, frame)
+      elif element.tag == "camera":
+        self._camera(bodyid, element, frame)
+      elif element.tag == "light":
+        self._light(bodyid, element, frame)
     if bodyid > 0:
       inertial = [e for e, _ in items if e.tag == "inertial"]
       self._inertial(bodyid, inertial[0] if inertial else None, first_geom)
@@ -457,6 +467,66 @@ class TreeCompiler:
                        ("element", element)):
       s[key].append(value)
 
+  def _camera(self, bodyid: int, element: etree._Element, frame) -> None:
+    """A camera (mjCCamera::Compile): pose, mode, target and optics. With a sensor size, the
+    intrinsics (focal length and principal point, m) come from focal/principal or their pixel
+    forms, and fovy from the focal length; otherwise they are (znear, znear, 0, 0). mjModel
+    keeps sizes and intrinsics in float32, so the arithmetic is float32 here too."""
+    r = self.reader(element)
+    pos, quat = self.in_frame(frame, *self.pose(r))
+    fovy = r.float("fovy", 45.0)
+    if fovy >= 180:
+      raise r.error(f"fovy too large in camera: {fovy:g}", "fovy")
+    resolution = r.ints("resolution")
+    resolution = np.array([1, 1] if resolution is None else resolution, np.int64)
+    f32 = lambda name: np.float32(r.floats(name, 2, (0.0, 0.0)))
+    sensor, focal, focalpixel = f32("sensorsize"), f32("focal"), f32("focalpixel")
+    principal, principalpixel = f32("principal"), f32("principalpixel")
+    given = [a for a, v in (("focal", focal), ("focalpixel", focalpixel),
+                            ("principal", principal), ("principalpixel", principalpixel))
+             if np.any(v)]
+    has_sensor = bool(sensor[0] > 0 and sensor[1] > 0)
+    if given and not has_sensor:
+      raise r.error("focal/principal require sensorsize in camera", given[0])
+    if has_sensor and np.any(resolution <= 0):
+      raise r.error("sensorsize requires positive resolution in camera", "resolution")
+    if has_sensor:
+      density = np.float32(resolution) / sensor
+      pick = lambda pixel, length: np.where(pixel != 0, pixel / density, length)
+      intrinsic = np.concatenate([pick(focalpixel, focal), pick(principalpixel, principal)])
+      fovy = math.atan2(float(sensor[1] / np.float32(2)), float(intrinsic[1])) * 360.0 / math.pi
+    else:
+      intrinsic = np.array([self._znear(), self._znear(), 0.0, 0.0], np.float32)
+    mode = r.keyword("mode", _CAMLIGHT, 0)
+    for key, value in (("bodyid", bodyid), ("mode", mode), ("target", r.text("target")),
+                       ("pos", pos), ("quat", quat), ("fovy", fovy), ("resolution", resolution),
+                       ("sensorsize", sensor), ("intrinsic", np.float32(intrinsic)),
+                       ("name", element.get("name", "")), ("element", element)):
+      self.tree.cam[key].append(value)
+
+  def _znear(self) -> float:
+    """``<visual><map znear>`` (mjVisual's float)."""
+    znear = 0.01
+    for visual in self.source.sections("visual"):
+      for child in visual:
+        if child.tag == "map" and child.get("znear") is not None:
+          znear = Reader(self.source, Attributes(child, ())).float("znear")
+    return float(np.float32(znear))
+
+  def _light(self, bodyid: int, element: etree._Element, frame) -> None:
+    """A light: position, unit direction (its body frame) and mode."""
+    r = self.reader(element)
+    pos = r.floats("pos", 3, (0.0, 0.0, 0.0))
+    direction = r.floats("dir", 3, (0.0, 0.0, -1.0))
+    if frame is not None:
+      pos, _ = frames.frame_accum(frame[0], frame[1], pos, _UNIT)
+      direction = np.asarray(frames.rot_vec_quat(direction, frame[1]))
+    for key, value in (("bodyid", bodyid), ("mode", r.keyword("mode", _CAMLIGHT, 0)),
+                       ("target", r.text("target")), ("pos", pos),
+                       ("dir", np.array(frames.normvec(direction)[0])),
+                       ("name", element.get("name", "")), ("element", element)):
+      self.tree.light[key].append(value)
+
   # ----------------------------------------------------------------- inertia
 
   def _inertial(self, bodyid: int, element: etree._Element | None, first_geom: int) -> None:
@@ -527,6 +597,15 @@ class TreeCompiler:
     def arr(values, shape, dtype=np.float64):
       return np.array(values, dtype=dtype).reshape((len(values),) + shape)
 
+    def target(kind, rows):
+      """Body ids of the ``target`` attributes of cameras or lights (-1: none)."""
+      ids = []
+      for name, element in zip(rows["target"], rows["element"]):
+        if name is not None and name not in b["name"]:
+          raise self.source.error(element, f"unknown target body {name!r} in {kind}", "target")
+        ids.append(-1 if name is None else b["name"].index(name))
+      return arr(ids, (), np.int32)
+
     def per_dof(values, shape):
       return np.array([v for v, n in zip(values, nv_j) for _ in range(n)],
                       dtype=np.float64).reshape((sum(nv_j),) + shape)
@@ -567,17 +646,28 @@ class TreeCompiler:
         site_bodyid=arr(s["bodyid"], (), np.int32), site_pos=arr(s["pos"], (3,)),
         site_quat=arr(s["quat"], (4,)), site_size=arr(s["size"], (3,)),
         site_sameframe=arr(site_sameframe, (), np.int32),
+        cam_bodyid=arr(t.cam["bodyid"], (), np.int32), cam_mode=arr(t.cam["mode"], (), np.int32),
+        cam_targetbodyid=target("camera", t.cam), cam_pos=arr(t.cam["pos"], (3,)),
+        cam_quat=arr(t.cam["quat"], (4,)), cam_fovy=arr(t.cam["fovy"], ()),
+        cam_resolution=arr(t.cam["resolution"], (2,), np.int32),
+        cam_sensorsize=arr(t.cam["sensorsize"], (2,)),
+        cam_intrinsic=arr(t.cam["intrinsic"], (4,)),
+        light_bodyid=arr(t.light["bodyid"], (), np.int32),
+        light_mode=arr(t.light["mode"], (), np.int32),
+        light_targetbodyid=target("light", t.light), light_pos=arr(t.light["pos"], (3,)),
+        light_dir=arr(t.light["dir"], (3,)),
         qpos0=np.array(t.qpos0, dtype=np.float64),
         qpos_spring=np.array(t.qpos_spring, dtype=np.float64),
         names_body=tuple(b["name"]), names_jnt=tuple(j["name"]), names_geom=tuple(g["name"]),
-        names_site=tuple(s["name"]))
+        names_site=tuple(s["name"]), names_cam=tuple(t.cam["name"]),
+        names_light=tuple(t.light["name"]))
     return out
 
 
 def check_unique_names(source: Source, tree: Tree) -> None:
   """MuJoCo's 'repeated name' check: names are unique within each element kind."""
   for kind, rows in (("body", tree.body), ("joint", tree.jnt), ("geom", tree.geom),
-                     ("site", tree.site)):
+                     ("site", tree.site), ("camera", tree.cam), ("light", tree.light)):
     seen: set[str] = set()
     for name, element in zip(rows["name"], rows["element"]):
       if name and name in seen:

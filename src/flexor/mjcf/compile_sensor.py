@@ -74,6 +74,7 @@ _TAGS: dict[str, tuple[SensorType, str | None, ObjType]] = {
     "e_kinetic": (S.E_KINETIC, None, ObjType.UNKNOWN),
     "clock": (S.CLOCK, None, ObjType.UNKNOWN),
     "contact": (S.CONTACT, None, ObjType.UNKNOWN),
+    "camprojection": (S.CAMPROJECTION, "site", ObjType.SITE),
 }
 
 # sensorNeedstage, sensorDatatype and mjs_sensorDim of the types above
@@ -91,11 +92,12 @@ _DIM3 = {S.GEOMNORMAL, S.ACCELEROMETER, S.VELOCIMETER, S.GYRO, S.FORCE, S.TORQUE
          S.FRAMEANGVEL, S.FRAMELINACC, S.FRAMEANGACC, S.SUBTREECOM, S.SUBTREELINVEL,
          S.SUBTREEANGMOM}
 _DIM4 = {S.BALLQUAT, S.FRAMEQUAT}
+_DIM2 = {S.CAMPROJECTION}
 
 _FRAME_OBJ = {"body": ObjType.BODY, "xbody": ObjType.XBODY, "geom": ObjType.GEOM,
               "site": ObjType.SITE, "camera": ObjType.CAMERA}
 _FRAME_NAMES = {ObjType.BODY: "body", ObjType.XBODY: "body", ObjType.GEOM: "geom",
-                ObjType.SITE: "site"}
+                ObjType.SITE: "site", ObjType.CAMERA: "camera"}
 _NO_REF = {S.FRAMELINACC, S.FRAMEANGACC}
 # mjRAYDATA_*: dist, dir, origin, point, normal, depth and their sizes
 _RAYDATA = {"dist": (0, 1), "dir": (1, 3), "origin": (2, 3), "point": (3, 3), "normal": (4, 3),
@@ -113,9 +115,6 @@ def _frame_object(r: Reader, names: dict[str, Names], type_attr: str,
                   name_attr: str) -> tuple[int, int]:
   """(ObjType, id) of a frame sensor's object or reference frame."""
   objtype = ObjType(r.keyword(type_attr, _FRAME_OBJ, 0))
-  if objtype == ObjType.CAMERA:
-    raise r.error("camera frames in sensors are not supported by flexor yet (it has no "
-                  "cameras); use a site at the camera's pose", type_attr)
   if r.text(name_attr) is None:
     raise r.error(f"'{type_attr}' needs '{name_attr}'", name_attr)
   return int(objtype), names[_FRAME_NAMES[objtype]](r, name_attr, _FRAME_NAMES[objtype])
@@ -240,8 +239,7 @@ def compile_sensors(source: Source, names: dict[str, Names],
       if cutoff < 0:
         raise r.error(f"negative cutoff in sensor: {cutoff:g}", "cutoff")
       if stype == S.RANGEFINDER and r.has("camera"):
-        raise r.error("camera rangefinders are not supported by flexor yet (it has no cameras)",
-                      "camera")
+        raise r.error("camera rangefinders are not supported by flexor yet", "camera")
       objid, reftype, refid = -1, int(ObjType.UNKNOWN), -1
       intprm = (0, 0, 0)
       stage = Stage.ACC if stype in _ACC else Stage.VEL if stype in _VEL else Stage.POS
@@ -252,6 +250,10 @@ def compile_sensors(source: Source, names: dict[str, Names],
           raise r.error("required attribute missing", attr)
         kind = {"joint": "jnt"}.get(attr, attr)
         objid = tables[kind](r, attr)
+        if stype == S.CAMPROJECTION:
+          if r.text("camera") is None:
+            raise r.error("required attribute missing", "camera")
+          reftype, refid = int(ObjType.CAMERA), tables["camera"](r, "camera", "camera")
       elif stype in _GEOM_DISTANCE:
         objtype, objid = _geom_or_body(r, names, "1")
         reftype, refid = _geom_or_body(r, names, "2")
@@ -267,7 +269,8 @@ def compile_sensors(source: Source, names: dict[str, Names],
         elif stype not in _NO_REF and r.has("reftype"):
           reftype, refid = _frame_object(r, names, "reftype", "refname")
       if stype != S.CONTACT:
-        dim = 3 if stype in _DIM3 else 4 if stype in _DIM4 else 6 if stype == S.GEOMFROMTO else 1
+        dim = (3 if stype in _DIM3 else 4 if stype in _DIM4 else 2 if stype in _DIM2
+               else 6 if stype == S.GEOMFROMTO else 1)
       if objtype == ObjType.JOINT:
         jtype = jnt_type[objid]
         if stype in (S.JOINTPOS, S.JOINTVEL, S.JOINTACTFRC) and jtype not in (JointType.SLIDE,

@@ -38,10 +38,12 @@ def from_mujoco(m: Any, dtype: Any = None, convex: bool = True) -> Model:
   fields["key_mquat"] = fields["key_mquat"].reshape(m.nkey, m.nmocap, 4)
   for kind, obj in (("body", mujoco.mjtObj.mjOBJ_BODY), ("jnt", mujoco.mjtObj.mjOBJ_JOINT),
                     ("geom", mujoco.mjtObj.mjOBJ_GEOM), ("site", mujoco.mjtObj.mjOBJ_SITE),
+                    ("cam", mujoco.mjtObj.mjOBJ_CAMERA), ("light", mujoco.mjtObj.mjOBJ_LIGHT),
                     ("actuator", mujoco.mjtObj.mjOBJ_ACTUATOR),
                     ("tendon", mujoco.mjtObj.mjOBJ_TENDON), ("sensor", mujoco.mjtObj.mjOBJ_SENSOR),
                     ("key", mujoco.mjtObj.mjOBJ_KEY)):
     count = {"body": m.nbody, "jnt": m.njnt, "geom": m.ngeom, "site": m.nsite,
+             "cam": m.ncam, "light": m.nlight,
              "actuator": m.nactuator, "tendon": m.ntendon, "sensor": m.nsensor,
              "key": m.nkey}[kind]
     fields[f"names_{kind}"] = tuple(mujoco.mj_id2name(m, obj, i) or "" for i in range(count))
