@@ -405,6 +405,8 @@ def _sensor_xml(sensor: str) -> str:
     ("<fromto body2='b'/>", "fromto", "geom1", "exactly one"),
     ("<framepos objtype='camera' objname='c'/>", "framepos", "objname", "unknown camera 'c'"),
     ("<camprojection site='s'/>", "camprojection", "camera", "required attribute missing"),
+    ("<rangefinder/>", "rangefinder", "site", "exactly one of 'site' and 'camera'"),
+    ("<rangefinder site='s' camera='c'/>", "rangefinder", "site", "exactly one"),
     ("<jointpos joint='j' noise='-1'/>", "jointpos", "noise", "negative noise"),
     ("<framequat objtype='site' objname='s' cutoff='1'/>", "framequat", "cutoff", "cutoff"),
     ("<ballquat joint='j'/>", "ballquat", "joint", "ball"),

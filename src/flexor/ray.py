@@ -1,5 +1,5 @@
 """Ray casting (MuJoCo's ``engine_ray.c``): the nearest geom surface along rays, and the
-rangefinder sensor's values.
+rangefinder sensor's values (one ray from a site, or one per pixel of a camera).
 
 ``ray(m, d, pnt, vec)`` is ``mj_ray``: it intersects the ray ``pnt + x vec`` (x >= 0) with every
 geom that is visible (its rgba, or its material's, not fully transparent), in the given geom
@@ -358,20 +358,77 @@ def ray(m: Model, d: Data, pnt: jax.Array, vec: jax.Array, bodyexclude: int | ja
   return dist[0], geomid[0], normal[0]
 
 
-def rangefinder(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
-  """Site rangefinders' sensordata (n, dim): the ray along each site's z axis, ignoring the
-  site's body, reported as the fields of its ``data`` (sensor_intprm bits, mjRAYDATA order):
-  dist (-1: no hit), dir, origin, point, normal (zeros where no hit) and depth (= dist)."""
-  if np.any(m.sensor_objtype[ids] != ObjType.SITE):
-    raise ValueError(f"rangefinders {ids.tolist()}: camera rangefinders are not supported by "
-                     "flexor yet")
-  site = m.sensor_objid[ids]
-  pnt, vec = d.site_xpos[site], d.site_xmat[site][:, :, 2]
-  dist, _, normal = rays(m, d, pnt, vec, m.site_bodyid[site])
+def _camera_rays(m: Model, d: Data, cam: int) -> tuple[jax.Array, jax.Array]:
+  """Origins and unit directions (h w, 3) of a camera's pixel rays, row by row from the top
+  left (mju_camIntrinsics, mju_camPixelRay): perspective rays leave the camera through the
+  pixel centres; orthographic rays run along -z from the pixels' places on the image plane,
+  fovy metres high. Intrinsics from a sensor size are float32 in mjModel and in MuJoCo's
+  arithmetic here."""
+  w, h = (int(x) for x in m.cam_resolution[cam])
+  dtype = d.qpos.dtype
+  sensor = m.cam_sensorsize[cam]
+  if m.cam_projection[cam]:
+    fx, fy, cx, cy = w / 2, h / 2, w / 2, h / 2
+  else:
+    f32 = lambda x: x.astype(jnp.float32)
+    sensor2 = jnp.concatenate([sensor, sensor])
+    has_sensor = jnp.all(sensor != 0)
+    intrinsic = (f32(m.cam_intrinsic[cam]) / f32(jnp.where(has_sensor, sensor2, 1.0))
+                 * np.array([w, h, w, h], np.float32)).astype(dtype)
+    focal = 0.5 / jnp.tan(m.cam_fovy[cam] * np.pi / 360.0) * h
+    fovy_based = jnp.stack([focal, focal, jnp.asarray(w / 2.0, dtype), jnp.asarray(h / 2.0, dtype)])
+    fx, fy, cx, cy = jnp.where(has_sensor, intrinsic, fovy_based)
+  col, row = np.meshgrid(np.arange(w), np.arange(h))
+  px, py = col.ravel() + 0.5 - cx, row.ravel() + 0.5 - cy
+  mat, pos = d.cam_xmat[cam], d.cam_xpos[cam]
+  if m.cam_projection[cam]:
+    half = m.cam_fovy[cam] / 2
+    offset = jnp.stack([px / fx * half, -py / fy * half, jnp.zeros(w * h, dtype)], axis=-1)
+    origin = pos[None, :] + offset @ mat.T
+    return origin, jnp.broadcast_to(-mat[:, 2], (w * h, 3))
+  local = jnp.stack([px / fx, -py / fy, -jnp.ones(w * h, dtype)], axis=-1)
+  direction = local @ mat.T
+  direction = direction / math.safe_norm(direction, keepdims=True)
+  return jnp.broadcast_to(pos, (w * h, 3)), direction
+
+
+def _raydata(dist: jax.Array, pnt: jax.Array, vec: jax.Array, normal: jax.Array,
+             depth: jax.Array) -> jax.Array:
+  """Every mjRAYDATA field of rays (n, 14): dist, dir, origin, point, normal, depth; a miss
+  (dist -1) has zero dir, point and normal and depth -1."""
   hit = (dist >= 0)[:, None]
-  table = jnp.concatenate([dist[:, None], jnp.where(hit, vec, 0.0), pnt,
-                           jnp.where(hit, pnt + dist[:, None] * vec, 0.0), normal,
-                           dist[:, None]], axis=1)                              # (n, 14)
-  columns = np.array([[c for bit, cols in enumerate(_RAYDATA_COLUMNS) if spec >> bit & 1
-                       for c in cols] for spec in m.sensor_intprm[ids, 0]])
-  return jnp.take_along_axis(table, jnp.asarray(columns), axis=1)
+  return jnp.concatenate([dist[:, None], jnp.where(hit, vec, 0.0), pnt,
+                          jnp.where(hit, pnt + dist[:, None] * vec, 0.0), normal,
+                          jnp.where(hit, depth[:, None], -1.0)], axis=1)
+
+
+def rangefinder(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """Rangefinders' sensordata (n, dim), the fields of their ``data`` (sensor_intprm bits,
+  mjRAYDATA order). A site's casts one ray along its z axis, ignoring the site's body; its
+  depth is the distance. A camera's casts one ray per pixel (``_camera_rays``), ignoring the
+  camera's body, pixel after pixel; its depth is the hit's distance along the camera's
+  optical axis (-z)."""
+  out = []
+  site = np.flatnonzero(m.sensor_objtype[ids] == ObjType.SITE)
+  if site.size:
+    s = m.sensor_objid[ids[site]]
+    pnt, vec = d.site_xpos[s], d.site_xmat[s][:, :, 2]
+    dist, _, normal = rays(m, d, pnt, vec, m.site_bodyid[s])
+    out.append((site, _raydata(dist, pnt, vec, normal, dist)))
+  for k in np.flatnonzero(m.sensor_objtype[ids] == ObjType.CAMERA):
+    cam = int(m.sensor_objid[ids[k]])
+    pnt, vec = _camera_rays(m, d, cam)
+    dist, _, normal = rays(m, d, pnt, vec, np.full(len(pnt), m.cam_bodyid[cam]))
+    point = pnt + dist[:, None] * vec
+    depth = -(point - d.cam_xpos[cam][None, :]) @ d.cam_xmat[cam][:, 2]
+    out.append((np.array([k]), _raydata(dist, pnt, vec, normal, depth)[None]))
+  dim = int(m.sensor_dim[ids[0]])
+  value = jnp.zeros((len(ids), dim), d.qpos.dtype)
+  for rows, table in out:
+    spec = m.sensor_intprm[ids[rows], 0]
+    columns = np.array([[c for bit, cols in enumerate(_RAYDATA_COLUMNS) if sp >> bit & 1
+                         for c in cols] for sp in spec])                   # (k, size)
+    picked = jnp.take_along_axis(table.reshape(len(rows), -1, 14),
+                                 jnp.asarray(columns)[:, None, :], axis=2)
+    value = value.at[rows].set(picked.reshape(len(rows), dim))
+  return value

@@ -670,7 +670,8 @@ class Model(_Node):
   cam_poscom0: jax.Array = _field("ncam", 3, fill=0.0)
   cam_pos0: jax.Array = _field("ncam", 3, fill=0.0)
   cam_mat0: jax.Array = _field("ncam", 9, fill=(1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0))
-  cam_fovy: jax.Array = _field("ncam", fill=45.0)             # degrees
+  cam_projection: np.ndarray = _field("ncam", fill=0)         # 0 perspective, 1 orthographic
+  cam_fovy: jax.Array = _field("ncam", fill=45.0)             # degrees (orthographic: m)
   cam_resolution: np.ndarray = _field("ncam", 2, fill=1)      # pixels
   cam_sensorsize: jax.Array = _field("ncam", 2, fill=0.0)     # m
   cam_intrinsic: jax.Array = _field("ncam", 4, fill=(0.01, 0.01, 0.0, 0.0))  # focal, principal

@@ -86,8 +86,8 @@ def _new_tree() -> Tree:
                     "solmix solref solimp size rbound pos quat friction margin gap fluid name "
                     "element mass inertia rgba matid".split()},
               site={k: [] for k in "bodyid pos quat size type name element".split()},
-              cam={k: [] for k in "bodyid mode target pos quat fovy resolution sensorsize "
-                   "intrinsic name element".split()},
+              cam={k: [] for k in "bodyid mode target pos quat projection fovy resolution "
+                   "sensorsize intrinsic name element".split()},
               light={k: [] for k in "bodyid mode target pos dir name element".split()},
               qpos0=[], qpos_spring=[])
 
@@ -498,8 +498,10 @@ class TreeCompiler:
     else:
       intrinsic = np.array([self._znear(), self._znear(), 0.0, 0.0], np.float32)
     mode = r.keyword("mode", _CAMLIGHT, 0)
+    projection = r.keyword("projection", {"perspective": 0, "orthographic": 1}, 0)
     for key, value in (("bodyid", bodyid), ("mode", mode), ("target", r.text("target")),
-                       ("pos", pos), ("quat", quat), ("fovy", fovy), ("resolution", resolution),
+                       ("pos", pos), ("quat", quat), ("projection", projection), ("fovy", fovy),
+                       ("resolution", resolution),
                        ("sensorsize", sensor), ("intrinsic", np.float32(intrinsic)),
                        ("name", element.get("name", "")), ("element", element)):
       self.tree.cam[key].append(value)
@@ -649,6 +651,7 @@ class TreeCompiler:
         cam_bodyid=arr(t.cam["bodyid"], (), np.int32), cam_mode=arr(t.cam["mode"], (), np.int32),
         cam_targetbodyid=target("camera", t.cam), cam_pos=arr(t.cam["pos"], (3,)),
         cam_quat=arr(t.cam["quat"], (4,)), cam_fovy=arr(t.cam["fovy"], ()),
+        cam_projection=arr(t.cam["projection"], (), np.int32),
         cam_resolution=arr(t.cam["resolution"], (2,), np.int32),
         cam_sensorsize=arr(t.cam["sensorsize"], (2,)),
         cam_intrinsic=arr(t.cam["intrinsic"], (4,)),

@@ -7,10 +7,10 @@ optional reference frame ``reftype``/``refname`` (for ``insidesite``, the ``site
 may hold the object). Datatype, stage and dimension follow from the type; an actuator sensor
 reports one value per force output.
 
-flexor computes every type in ``flexor.sensor``'s table, site-attached rangefinders included
-(``sensor_intprm[:, 0]`` holds the bits of their ``data`` fields), and contact sensors
-(``sensor_intprm``: the bits of their ``data`` fields, the reduction, the number of slots); any
-other type, and a rangefinder on a camera, raises MJCFError.
+flexor computes every type in ``flexor.sensor``'s table, rangefinders on sites and cameras
+(one ray per pixel) included (``sensor_intprm[:, 0]`` holds the bits of their ``data`` fields),
+and contact sensors (``sensor_intprm``: the bits of their ``data`` fields, the reduction, the
+number of slots); any other type raises MJCFError.
 """
 
 from __future__ import annotations
@@ -238,13 +238,15 @@ def compile_sensors(source: Source, names: dict[str, Names],
         raise r.error(f"negative noise in sensor: {noise:g}", "noise")
       if cutoff < 0:
         raise r.error(f"negative cutoff in sensor: {cutoff:g}", "cutoff")
-      if stype == S.RANGEFINDER and r.has("camera"):
-        raise r.error("camera rangefinders are not supported by flexor yet", "camera")
+      if stype == S.RANGEFINDER and r.has("camera") == r.has("site"):
+        raise r.error("exactly one of 'site' and 'camera' must be given", "site")
       objid, reftype, refid = -1, int(ObjType.UNKNOWN), -1
       intprm = (0, 0, 0)
       stage = Stage.ACC if stype in _ACC else Stage.VEL if stype in _VEL else Stage.POS
       if stype == S.CONTACT:
         objtype, objid, reftype, refid, dim, stage, *intprm = _contact_sensor(r, names)
+      elif stype == S.RANGEFINDER and r.has("camera"):
+        objtype, objid = ObjType.CAMERA, tables["camera"](r, "camera", "camera")
       elif attr is not None:
         if r.text(attr) is None:
           raise r.error("required attribute missing", attr)
@@ -287,6 +289,8 @@ def compile_sensors(source: Source, names: dict[str, Names],
         dim = int(outnum[objid])
       if stype == S.RANGEFINDER:
         dim, spec = _data_spec(r, _RAYDATA, "dist")
+        if objtype == ObjType.CAMERA:  # one ray per pixel
+          dim *= int(np.prod(fields["cam_resolution"][objid]))
         intprm = (spec, 0, 0)
       datatype = _DATATYPE.get(stype, DataType.REAL)
       axis = datatype in (DataType.AXIS, DataType.QUATERNION) and stype != S.GEOMNORMAL
