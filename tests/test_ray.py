@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import flexor
+import support
 from flexor import kinematics, ray
 from flexor.types import GeomType
 
@@ -241,3 +242,6 @@ def test_camera_rangefinders_match_mujoco():
     np.testing.assert_allclose(d.sensordata, md.sensordata, rtol=TOL, atol=TOL)
     misses += int(np.sum(md.sensordata == -1))
   assert misses > 0  # some pixels see nothing
+  f32 = flexor.load_mjcf_string(_CAMERAS, dtype=jnp.float32)  # stays float32 throughout
+  jaxpr = jax.make_jaxpr(flexor.forward)(f32, flexor.make_data(f32)).jaxpr
+  assert not support.float64_values(jaxpr)

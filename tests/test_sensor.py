@@ -735,3 +735,13 @@ def test_contact_sensor_gradient_matches_finite_differences():
   xs = jnp.asarray(np.random.default_rng(0).uniform(-0.01, 0.01, (3, 9)))
   np.testing.assert_allclose(jax.vmap(sense)(xs), np.stack([sense(x) for x in xs]), rtol=1e-12,
                              atol=1e-12)
+
+
+def test_float32_model_computes_its_sensors_in_float32():
+  """A float32 model (the RL setting): every sensor of the own model (contact sensors and their
+  flipped frames included) is computed without a float64 value."""
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    fm = flexor.load_mjcf_string(OWN["own/pyramidal"], dtype=jnp.float32)
+  jaxpr = jax.make_jaxpr(forward)(fm, make_data(fm)).jaxpr
+  assert not support.float64_values(jaxpr)

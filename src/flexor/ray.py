@@ -379,7 +379,8 @@ def _camera_rays(m: Model, d: Data, cam: int) -> tuple[jax.Array, jax.Array]:
     fovy_based = jnp.stack([focal, focal, jnp.asarray(w / 2.0, dtype), jnp.asarray(h / 2.0, dtype)])
     fx, fy, cx, cy = jnp.where(has_sensor, intrinsic, fovy_based)
   col, row = np.meshgrid(np.arange(w), np.arange(h))
-  px, py = col.ravel() + 0.5 - cx, row.ravel() + 0.5 - cy
+  px = jnp.asarray(col.ravel() + 0.5, dtype) - cx
+  py = jnp.asarray(row.ravel() + 0.5, dtype) - cy
   mat, pos = d.cam_xmat[cam], d.cam_xpos[cam]
   if m.cam_projection[cam]:
     half = m.cam_fovy[cam] / 2

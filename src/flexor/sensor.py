@@ -172,11 +172,11 @@ def _camprojection(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   the intrinsics in float32, as MuJoCo computes them; otherwise from fovy."""
   site, cam = _objid(m, ids), m.sensor_refid[ids]
   dtype = d.qpos.dtype
-  res = m.cam_resolution[cam].astype(np.float64)
+  res = jnp.asarray(m.cam_resolution[cam], dtype)
   sensor = m.cam_sensorsize[cam]
   f32 = lambda x: x.astype(jnp.float32)
-  from_intrinsic = (f32(m.cam_intrinsic[cam, :2]) / f32(sensor) * res.astype(np.float32)
-                    ).astype(dtype)
+  from_intrinsic = (f32(m.cam_intrinsic[cam, :2]) / f32(sensor)
+                    * m.cam_resolution[cam].astype(np.float32)).astype(dtype)
   from_fovy = (0.5 / jnp.tan(m.cam_fovy[cam] * np.pi / 360.0) * res[:, 1])[:, None]
   has_sensor = ((sensor[:, 0] != 0) & (sensor[:, 1] != 0))[:, None]
   focal = jnp.where(has_sensor, from_intrinsic, from_fovy)
@@ -568,8 +568,8 @@ def _contact(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
                    -jnp.sum(jnp.square(values[:, 1:4]), axis=-1))
       order = jnp.argsort(jnp.where(found, criterion, jnp.inf), stable=True)[:num]
     picked = values[order][:, _spec_columns(spec)]
-    signs = jnp.where((match[order] < 0)[:, None], _flip_signs(spec)[None, :],
-                      np.ones((1, size)))
+    flip = _flip_signs(spec).astype(values.dtype)
+    signs = jnp.where((match[order] < 0)[:, None], flip[None, :], np.ones_like(flip)[None, :])
     picked = jnp.where((jnp.arange(num) < nfound)[:, None], picked * signs, 0.0)
     out.append(picked.reshape(-1))
   return jnp.stack(out)
