@@ -520,7 +520,8 @@ def _spec_columns(spec: int) -> np.ndarray:
 
 def _net_contact(m: Model, d: Data, match: jax.Array, spec: int) -> jax.Array:
   """The netforce reduction's one slot (size,): the matched contacts' total wrench in the world
-  frame about their force-weighted centroid."""
+  frame about their force-weighted centroid, with normal (1, 0, 0) and tangent (0, 1, 0);
+  zeros where nothing matches."""
   dtype = d.qpos.dtype
   wrench = contact_force(m, d) * jnp.where(match < 0, -1.0, 1.0).astype(dtype)[:, None]
   wrench = jnp.where((match != 0)[:, None], wrench, 0.0)
@@ -535,7 +536,7 @@ def _net_contact(m: Model, d: Data, match: jax.Array, spec: int) -> jax.Array:
   values = jnp.concatenate([nfound[None], jnp.sum(force, axis=0), torque, zeros[:1], point,
                             jnp.eye(3, dtype=dtype)[0], jnp.eye(3, dtype=dtype)[1], zeros,
                             zeros])
-  return values[_spec_columns(spec)]
+  return jnp.where(nfound > 0, values[_spec_columns(spec)], 0.0)  # no match: all zero
 
 
 def _contact(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
