@@ -458,7 +458,7 @@ def _contact_match(m: Model, d: Data, i: int) -> jax.Array:
   objtype, objid = int(m.sensor_objtype[i]), int(m.sensor_objid[i])
   reftype, refid = int(m.sensor_reftype[i]), int(m.sensor_refid[i])
   geom = jnp.asarray(collision.slot_geom(m, d))
-  body = jnp.asarray(m.geom_bodyid)[geom]
+  body = jnp.stack([jnp.asarray(b) for b in constraint.slot_bodies(m, d)], axis=1)
   exist = d.contact_exist
   if objtype == ObjType.UNKNOWN and reftype == ObjType.UNKNOWN:
     return exist.astype(jnp.int32)
@@ -518,12 +518,12 @@ def _spec_columns(spec: int) -> np.ndarray:
   return np.concatenate([np.arange(start[k], start[k + 1]) for k in range(9) if spec & (1 << k)])
 
 
-def _net_contact(m: Model, d: Data, match: jax.Array, spec: int) -> jax.Array:
-  """The netforce reduction's one slot (size,): the matched contacts' total wrench in the world
-  frame about their force-weighted centroid, with normal (1, 0, 0) and tangent (0, 1, 0);
-  zeros where nothing matches."""
+def _net_contact(d: Data, wrench: jax.Array, match: jax.Array, spec: int) -> jax.Array:
+  """The netforce reduction's one slot (size,): the matched contacts' total wrench (of the
+  slots' contact-frame wrenches (nconmax, 6)) in the world frame about their force-weighted
+  centroid, with normal (1, 0, 0) and tangent (0, 1, 0); zeros where nothing matches."""
   dtype = d.qpos.dtype
-  wrench = contact_force(m, d) * jnp.where(match < 0, -1.0, 1.0).astype(dtype)[:, None]
+  wrench = wrench * jnp.where(match < 0, -1.0, 1.0).astype(dtype)[:, None]
   wrench = jnp.where((match != 0)[:, None], wrench, 0.0)
   force = jnp.einsum("nji,nj->ni", d.contact_frame, wrench[:, :3])   # frame' f
   torque = jnp.einsum("nji,nj->ni", d.contact_frame, wrench[:, 3:])
@@ -544,24 +544,24 @@ def _contact(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   objects (in contact order, or the nearest or strongest first), each with the fields its
   ``data`` asks for and the number of matches as ``found``; or with reduce="netforce" one slot
   with the matches' total wrench. Slots without a contact are zero."""
+  if not m.nconmax:
+    return jnp.zeros((len(ids), int(m.sensor_dim[ids[0]])), d.qpos.dtype)
+  # one table for the group (its sensors share a stage): forces and velocities computed once
+  specs = np.bitwise_or.reduce(m.sensor_intprm[ids, 0])
+  table = _contact_values(m, d, int(specs), int(m.sensor_needstage[ids[0]]))
   out = []
   for i in ids.tolist():
     spec, reduce, num = (int(x) for x in m.sensor_intprm[i])
     size = int(sum(_CONDATA_SIZE[k] for k in range(9) if spec & (1 << k)))
     dim = int(m.sensor_dim[i])
-    if not m.nconmax:
-      out.append(jnp.zeros(dim, d.qpos.dtype))
-      continue
     match = _contact_match(m, d, i)
     if reduce == 3:
-      value = _net_contact(m, d, match, spec)
+      value = _net_contact(d, table[:, 1:7], match, spec)
       out.append(jnp.concatenate([value, jnp.zeros(dim - size, value.dtype)]))
       continue
-    stage = int(m.sensor_needstage[i])
-    values = _contact_values(m, d, spec, stage)
     found = match != 0
     nfound = jnp.sum(found)
-    values = values.at[:, 0].set(nfound.astype(values.dtype))
+    values = table.at[:, 0].set(nfound.astype(table.dtype))
     if reduce == 0:
       (order,) = jnp.nonzero(found, size=num, fill_value=0)
     else:
