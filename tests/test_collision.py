@@ -7,6 +7,7 @@ here whole scenes and the dm_control and gymnasium models run through ``forward`
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import jax
@@ -53,8 +54,10 @@ SCENE = """
 </mujoco>
 """
 
-CONTACT_FIELDS = ("dist", "pos", "frame", "includemargin", "friction", "solref", "solimp", "dim")
-EFC_FIELDS = ("efc_J", "efc_pos", "efc_margin", "efc_D", "efc_R", "efc_aref")
+CONTACT_FIELDS = ("dist", "pos", "frame", "includemargin", "friction", "solref", "solimp", "dim",
+                  "adhesion")
+EFC_FIELDS = ("efc_type", "efc_J", "efc_pos", "efc_margin", "efc_D", "efc_R", "efc_vel",
+              "efc_aref")
 SOLVE_FIELDS = ("efc_force", "qacc", "qfrc_constraint")
 
 
@@ -78,12 +81,14 @@ def _scene_states(mj: mujoco.MjModel, n: int, seed: int = 0):
   return states
 
 
-def _compare(m, mj, states, solve_tol: float, what: str):
-  """Runs both engines at the states; asserts contacts, rows and the solution agree."""
+def _compare(m, mj, states, solve_tol: float, what: str, extra: tuple[str, ...] = ()):
+  """Runs both engines at the states; asserts contacts, rows, the solution, the contact forces
+  (mj_contactForce) and the ``extra`` Data fields agree."""
   d = flexor.make_data(m, (len(states),))
   d = d.replace(qpos=jnp.asarray(np.stack([s[0] for s in states])),
                 qvel=jnp.asarray(np.stack([s[1] for s in states])))
   d = jax.jit(jax.vmap(flexor.forward, in_axes=(None, 0)))(m, d)
+  forces = jax.vmap(flexor.rne.contact_force, in_axes=(None, 0))(m, d)
   md = mujoco.MjData(mj)
   for i, (qpos, qvel) in enumerate(states):
     md.qpos[:], md.qvel[:] = qpos, qvel
@@ -106,6 +111,12 @@ def _compare(m, mj, states, solve_tol: float, what: str):
         ours, theirs = ours[active], theirs.reshape(-1, *ours.shape[1:])
       tol = solve_tol if field in SOLVE_FIELDS else GEOM_TOL
       assert relerr(ours, theirs) < tol, f"{where}: {field} {relerr(ours, theirs):.1e}"
+    theirs = np.zeros((md.ncon, 6))
+    for k in range(md.ncon):
+      mujoco.mj_contactForce(mj, md, k, theirs[k])
+    assert relerr(np.asarray(forces[i])[exist], theirs) < solve_tol, f"{where}: contact force"
+    for field in extra:
+      assert relerr(getattr(d, field)[i], getattr(md, field)) < solve_tol, f"{where}: {field}"
   return d
 
 
@@ -123,6 +134,71 @@ def _scene_case(cone: str, condim: int, margin: float = 0.0, gap: float = 0.0):
     ("pyramidal", 3, 0.0, 0.0), ("elliptic", 6, 0.02, 0.01)])
 def test_scene_matches_mujoco(cone, condim, margin, gap):
   _scene_case(cone, condim, margin, gap)
+
+
+def _surface_case(cone: str) -> tuple[str, mujoco.MjModel, flexor.Model]:
+  """tests/models/contact_surface.xml with the given cone: both engines, tolerance 1e-13."""
+  with open(os.path.join(os.path.dirname(__file__), "models", "contact_surface.xml")) as f:
+    xml = f.read().replace('cone="elliptic"', f'cone="{cone}"')
+  mj = mujoco.MjModel.from_xml_string(xml)
+  mj.opt.tolerance = 1e-13
+  m = flexor.load_mjcf_string(xml)
+  return xml, mj, m.replace(opt=m.opt.replace(tolerance=jnp.asarray(1e-13)))
+
+
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_adhesion_and_surface_velocity_match_mujoco(cone):
+  """MuJoCo 4's contact adhesion (pulling along the normal as a passive force, the rows' aref
+  biased to compensate, and in the gap a single frictionless row) and geoms' surface velocities
+  (in efc_vel): contacts, rows, solution, net contact forces and qfrc_adhesion. The first two
+  states put the ball's contact in its gap, the third the puck's."""
+  _, mj, m = _surface_case(cone)
+  states = _scene_states(mj, 6, seed=1)
+  for k, (body, z) in enumerate([(0, 0.125), (0, 0.128), (2, 0.07)]):
+    qpos = states[k][0]
+    qpos[7 * body + 2], qpos[7 * body + 3:7 * body + 7] = z, [1, 0, 0, 0]
+  d = _compare(m, mj, states, SOLVE_TOL[cone], f"surface {cone}",
+               extra=("qfrc_adhesion", "qfrc_passive"))
+  single = np.asarray(d.contact_exist & (d.contact_dim == 1))
+  assert single[:3].any(axis=1).all(), "the gap cases must make a contact of dim 1"
+
+
+def test_conveyor_and_adhesion_trajectory_matches_mujoco():
+  """150 steps on contact_surface.xml: the belt carries the puck and the ball, which adhesion
+  holds on it, while the spinning wedge lands; the trajectory stays on MuJoCo's."""
+  xml, _, _ = _surface_case("pyramidal")
+  md = _trajectory(xml, [0.0] * 18, 150, 1e-8, 1e-6)
+  assert md.qvel[12] > 0.05, "the belt drives the puck along x"
+
+
+def test_adhesion_and_surface_velocity_gradients_match_finite_differences():
+  """Reverse mode through 25 steps of the ball and the puck on the belt with respect to the
+  belt's surface velocity and the adhesions, against central differences."""
+  _, _, m = _surface_case("pyramidal")
+  qpos = m.qpos0.at[9].set(1.0)  # the wedge starts out of reach
+
+  def loss(params):
+    belt, adhesion = params
+    mm = m.replace(geom_surfacevel=m.geom_surfacevel.at[0, :2].set(belt),
+                   geom_adhesion=m.geom_adhesion.at[1].set(adhesion[0]),
+                   pair_adhesion=adhesion[1:])
+    d = flexor.make_data(mm).replace(qpos=qpos)
+    d, _ = jax.lax.scan(lambda d, _: (flexor.step(mm, d), None), d, None, length=25)
+    return d.qpos[0] + 0.3 * d.qpos[2] + d.qpos[14] - 0.5 * d.qpos[15] + d.qvel[12]
+
+  params = (jnp.array([0.3, 0.1]), jnp.array([1.5, 2.0]))
+  grad = np.concatenate(jax.jit(jax.grad(loss))(params))
+  f, eps = jax.jit(loss), 1e-6
+  fd = []
+  for i in range(2):
+    for k in range(2):
+      step = [jnp.zeros(2), jnp.zeros(2)]
+      step[i] = step[i].at[k].set(eps)
+      plus = tuple(p + s for p, s in zip(params, step))
+      minus = tuple(p - s for p, s in zip(params, step))
+      fd.append((f(plus) - f(minus)) / (2 * eps))
+  assert np.all(grad != 0)
+  np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-8)
 
 
 def _vertices(points) -> str:

@@ -108,7 +108,11 @@ EQUALITY_XML = """
 </mujoco>
 """
 
-MODELS = {"limits": LIMITS_XML, "equality": EQUALITY_XML}
+# <flag diagexact>: R from the exact diagonal of J M^-1 J' instead of MuJoCo's approximation
+MODELS = {"limits": LIMITS_XML, "equality": EQUALITY_XML,
+          "equality_diagexact": EQUALITY_XML.replace(
+              '<option timestep="0.005"/>',
+              '<option timestep="0.005"><flag diagexact="enable"/></option>')}
 ROW_FIELDS = ("efc_type", "efc_id", "efc_J", "efc_pos", "efc_margin", "efc_frictionloss",
               "efc_D", "efc_R", "efc_vel", "efc_aref")
 SOLVE_FIELDS = ("efc_force", "qacc", "qfrc_constraint")
@@ -171,7 +175,7 @@ def test_rows_cover_every_kind(compared):
   """The random states exercise what the model can produce (guards the test above)."""
   name, d, _ = compared
   kinds = set(np.asarray(d.efc_type)[np.asarray(d.efc_active)].tolist())
-  expected = ({ConstraintType.EQUALITY} if name == "equality" else
+  expected = ({ConstraintType.EQUALITY} if name.startswith("equality") else
               {ConstraintType.FRICTION_DOF, ConstraintType.FRICTION_TENDON,
                ConstraintType.LIMIT_JOINT, ConstraintType.LIMIT_TENDON})
   assert expected <= kinds

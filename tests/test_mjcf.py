@@ -47,6 +47,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                      "geom_bodyid", "geom_dataid", "geom_group", "geom_priority", "geom_solmix",
                      "geom_solref", "geom_solimp", "geom_friction", "geom_margin", "geom_gap"),
     "geom_fluid": ("geom_fluid",),
+    "geom_surface": ("geom_adhesion", "geom_surfacevel", "pair_adhesion", "flg_adhesion",
+                     "flg_surfacevel"),
     "geom_visual": ("nmat", "geom_rgba", "geom_matid", "mat_rgba"),
     "site": ("site_bodyid", "site_sameframe", "site_pos", "site_quat", "site_size"),
     "camera": ("cam_mode", "cam_bodyid", "cam_targetbodyid", "cam_pos", "cam_quat",

@@ -353,11 +353,24 @@ _UNSUPPORTED = [
                              "<extension><plugin plugin='mujoco.pid'><instance name='p'>"
                              "<config key='kp' value='1'/></instance></plugin></extension>"),
      17, "plugin", "instance"),
-    ("geom_adhesion", "<mujoco><worldbody><geom size='1' adhesion='0.5'/></worldbody></mujoco>",
-     1, "geom", "adhesion"),
-    ("pair_adhesion", "<mujoco><worldbody><geom name='a' size='1'/><body><freejoint/>"
-     "<geom name='b' size='1'/></body></worldbody><contact><pair geom1='a' geom2='b' "
-     "adhesion='1'/></contact></mujoco>", 1, "pair", "adhesion"),
+    ("compiler_alignfree", "<mujoco><compiler alignfree='true'/><worldbody><body><freejoint/>"
+     "<geom size='1'/></body></worldbody></mujoco>", 1, "compiler", "alignfree"),
+    ("freejoint_align", "<mujoco><worldbody><body><freejoint align='true'/><geom size='1'/>"
+     "</body></worldbody></mujoco>", 1, "freejoint", "align"),
+    ("flex", "<mujoco><worldbody><body name='a'><freejoint/><geom size='.1'/></body>"
+     "<body name='b' pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody><deformable>"
+     "<flex name='f' dim='1' body='a b' vertex='0 0 0 0 0 0' element='0 1'/></deformable>"
+     "</mujoco>", 1, "flex", None),
+    ("geom_fitted_to_mesh", "<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/>"
+     "</asset><worldbody><geom type='box' mesh='m'/></worldbody></mujoco>", 1, "geom", "mesh"),
+    ("mesh_maxhullvert", "<mujoco><asset><mesh name='m' maxhullvert='5' vertex='0 0 0 1 0 0 "
+     "0 1 0 0 0 1 1 1 0 1 0 1 0 1 1 1 1 1'/></asset><worldbody><geom type='mesh' mesh='m'/>"
+     "</worldbody></mujoco>", 1, "mesh", "maxhullvert"),
+    ("key_plastic", "<mujoco><worldbody><body><joint stiffness='1' springyield='0.5'/>"
+     "<geom size='1'/></body></worldbody><keyframe><key plastic='0.1'/></keyframe></mujoco>",
+     1, "key", "plastic"),
+    ("integrator_discrete", "<mujoco><option integrator='discrete'/></mujoco>", 1, "option",
+     "integrator"),
 ]
 
 
@@ -557,10 +570,36 @@ def test_unsupported_feature(tmp_path, xml, line, element, attribute):
   assert (info.value.line, info.value.element, info.value.attribute) == (line, element, attribute)
 
 
+def test_body_plugin_is_refused():
+  """A body plugin (a cable's elasticity, say) adds forces: refused, not dropped."""
+  xml = ("<mujoco><extension><plugin plugin='mujoco.elasticity.cable'><instance name='c'/>"
+         "</plugin></extension><worldbody><body><freejoint/><geom size='1'/>"
+         "<plugin instance='c'/></body></worldbody></mujoco>")
+  with pytest.raises(MJCFError, match="not supported by flexor yet") as info:
+    flexor.load_mjcf_string(xml)
+  assert info.value.element == "plugin"
+
+
+def test_maxhullvert_that_cuts_nothing_loads():
+  xml = ("<mujoco><asset><mesh name='m' maxhullvert='8' vertex='0 0 0 1 0 0 0 1 0 0 0 1 1 1 0 "
+         "1 0 1 0 1 1 1 1 1'/></asset><worldbody><geom type='mesh' mesh='m'/></worldbody>"
+         "</mujoco>")
+  assert flexor.load_mjcf_string(xml).ngeom == 1
+
+
 @pytest.mark.parametrize("xml,attribute,word", [
     pytest.param(_act("<position site='s' kp='10'/>"), "site", "refsite", id="position_on_site"),
     pytest.param(_act("<intvelocity joint='j' kp='10'/>"), "actrange", "actrange",
                  id="intvelocity_unbounded"),
+    pytest.param("<mujoco><option><flag sleep='enable'/></option></mujoco>", "sleep",
+                 "not built", id="flag_sleep"),
+    pytest.param("<mujoco><option><flag speculative='enable'/></option></mujoco>",
+                 "speculative", "not built", id="flag_speculative"),
+    pytest.param("<mujoco><option><flag nativeccd='disable'/></option></mujoco>", "nativeccd",
+                 "not built", id="flag_nativeccd"),
+    pytest.param("<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset>"
+                 "<worldbody><site type='mesh' mesh='m'/></worldbody></mujoco>", "type",
+                 "fits it to the mesh", id="site_mesh"),
 ])
 def test_misbehaving_models_warn(xml, attribute, word):
   """Models MuJoCo accepts but that will not do what they seem to: loaded, with a warning."""

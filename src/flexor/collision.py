@@ -16,7 +16,9 @@ once; contacts beyond it are counted in ``ncon_dropped``.
 
 Contact parameters follow ``mj_contactParam``: an explicit ``<pair>`` brings its own; otherwise
 the geom of higher priority decides, and at equal priority condim and friction are the maxima,
-solref and solimp are mixed by solmix (direct-form solref: the minima), margins and gaps add.
+solref and solimp are mixed by solmix (direct-form solref: the minima), margins, gaps and
+adhesions add. A contact is found up to margin + gap and has constraint rows below the margin;
+an adhesive one (MuJoCo 4's ``adhesion``) keeps a single frictionless row in the gap, dim 1.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ _UNBOUNDED = (GeomType.PLANE, GeomType.HFIELD)
 
 
 def _mix(m: Model, g1: np.ndarray, g2: np.ndarray) -> dict[str, jax.Array]:
-  """Contact parameters of dynamic geom pairs (n,): friction (n, 5), solref, solimp."""
+  """Contact parameters of dynamic geom pairs (n,): friction (n, 5), solref, solimp and adhesion
+  (each geom's pull adds up)."""
   p1, p2 = m.geom_priority[g1], m.geom_priority[g2]
   first, second = jnp.asarray(p1 > p2), jnp.asarray(p1 < p2)
   s1, s2 = m.geom_solmix[g1], m.geom_solmix[g2]
@@ -57,12 +60,14 @@ def _mix(m: Model, g1: np.ndarray, g2: np.ndarray) -> dict[str, jax.Array]:
   solimp = pick(m.geom_solimp[g1], m.geom_solimp[g2], solimp)
   fri = pick(m.geom_friction[g1], m.geom_friction[g2], fri)
   friction = fri[:, np.array([0, 0, 1, 2, 2])]
-  return dict(friction=friction, solref=solref, solimp=solimp)
+  adhesion = pick(m.geom_adhesion[g1], m.geom_adhesion[g2],
+                  m.geom_adhesion[g1] + m.geom_adhesion[g2])
+  return dict(friction=friction, solref=solref, solimp=solimp, adhesion=adhesion)
 
 
 def _pair_params(m: Model) -> dict[str, jax.Array]:
   """Per-candidate contact parameters (ncollision, ...): margin, gap, friction, solref,
-  solreffriction, solimp."""
+  solreffriction, solimp, adhesion."""
   g1, g2 = m.collision_geom[:, 0], m.collision_geom[:, 1]
   pairid = m.collision_pairid
   explicit = pairid >= 0
@@ -83,7 +88,8 @@ def _pair_params(m: Model) -> dict[str, jax.Array]:
       friction=choose(m.pair_friction, mixed["friction"]),
       solref=choose(m.pair_solref, mixed["solref"]),
       solreffriction=choose(m.pair_solreffriction, zeros2),
-      solimp=choose(m.pair_solimp, mixed["solimp"]))
+      solimp=choose(m.pair_solimp, mixed["solimp"]),
+      adhesion=choose(m.pair_adhesion, mixed["adhesion"]))
   if m.opt.enabled(EnableBit.OVERRIDE):
     n = len(pairid)
     params.update(margin=jnp.broadcast_to(m.opt.o_margin, (n,)),
@@ -320,12 +326,17 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
       tc = m.opt.contact_gradient_timeconst
       weak = jnp.stack([tc, jnp.ones_like(tc)])[None, :]
       per_slot["solref"] = jnp.where(beyond[:, None], weak, per_slot["solref"])
+    dim = jnp.asarray(m.collision_dim[owner])
+    if m.flg_adhesion:
+      # adhesive contacts in the gap keep a frictionless row that pulls (mj_setContact)
+      dim = jnp.where((per_slot["adhesion"] != 0) & (dist >= per_slot["margin"]), 1, dim)
     fields = dict(contact_exist=exist, contact_dist=dist, contact_pos=pos, contact_frame=frame,
                   contact_includemargin=per_slot["margin"],
+                  contact_adhesion=per_slot["adhesion"],
                   contact_friction=per_slot["friction"], contact_solref=per_slot["solref"],
                   contact_solreffriction=per_slot["solreffriction"],
                   contact_solimp=per_slot["solimp"],
-                  contact_dim=jnp.asarray(m.collision_dim[owner]),
+                  contact_dim=dim,
                   contact_geom=jnp.asarray(geom[owner].reshape(-1, 2)))
     fields, dropped = _compact(m, fields)
     return d.replace(ncon=jnp.sum(fields["contact_exist"]).astype(jnp.int32),

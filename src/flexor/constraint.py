@@ -9,7 +9,8 @@ read in order, are exactly MuJoCo's ``efc_*`` arrays.
 
 Soft-constraint model (per row): impedance ``imp`` in (0, 1) from ``solimp`` and the violation,
 regulariser ``R = (1 - imp) / imp * A_ii`` with MuJoCo's approximation of the diagonal of
-``A = J M^-1 J'`` from ``*_invweight0``, ``D = 1 / R``, and the reference acceleration
+``A = J M^-1 J'`` from ``*_invweight0`` (the exact diagonal under ``<flag diagexact>``),
+``D = 1 / R``, and the reference acceleration
 ``aref = -B v - K imp (pos - margin)`` from ``solref`` (time constant and damping ratio, or
 direct stiffness and damping when negative).
 """
@@ -22,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import collision, kinematics, math
-from flexor.types import ConstraintType, Data, DisableBit, EqType, JointType, Model, ObjType
+from flexor import collision, crb, kinematics, math
+from flexor.types import (ConstraintType, Data, DisableBit, EnableBit, EqType, JointType, Model,
+                          ObjType)
 
 _MINIMP, _MAXIMP = 0.0001, 0.9999   # MuJoCo's mjMINIMP, mjMAXIMP
 
@@ -122,6 +124,14 @@ def slot_bodies(m: Model, d: Data) -> tuple[np.ndarray | jax.Array, np.ndarray |
   return table[geom[:, 0]], table[geom[:, 1]]
 
 
+def single_rows(m: Model, d: Data, rows: np.ndarray) -> jax.Array:
+  """(len(rows),) bool: the contact row belongs to a slot whose contact has dim 1 though its
+  slot has friction rows (adhesion in the gap, see ``flexor.collision``)."""
+  slot = m.efc_rowid[rows]
+  frictional = m.efc_rowtype[rows] != ConstraintType.CONTACT_FRICTIONLESS
+  return jnp.asarray(frictional) & (d.contact_dim[slot] == 1)
+
+
 def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   """Rows of contacts: frictionless, pyramidal edges or elliptic components.
 
@@ -146,13 +156,19 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   edge = np.where(pyramid, sub // 2, 0)
   sign = np.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0), 0.0).astype(d.qpos.dtype)
   friction = d.contact_friction[slot, edge]
+  active = d.contact_exist[slot] & (d.contact_dist[slot] < d.contact_includemargin[slot])
+  if m.flg_adhesion:
+    # an adhesive contact in the gap has one frictionless row, the first of its block
+    single = single_rows(m, d, rows)
+    friction = jnp.where(single, 0.0, friction)
+    active = ((d.contact_exist[slot] & (d.contact_adhesion[slot] != 0)) | active) & (
+        ~single | (sub == 0))
   jac = (jnp.where(elliptic[:, None], jac_frame[local, np.where(elliptic, sub, 0)],
                    jac_frame[local, 0])
          + (sign * friction)[:, None] * jac_frame[local, edge + 1])
   normal = ~elliptic | (sub == 0)
   dist = jnp.where(normal, d.contact_dist[slot], 0.0)
   margin = jnp.where(normal, d.contact_includemargin[slot], 0.0)
-  active = d.contact_exist[slot] & (d.contact_dist[slot] < d.contact_includemargin[slot])
   # MuJoCo's diagApprox: mean inverse weights of the two bodies; pyramid edges add mu^2 times
   # the translational (tangent) or rotational (torsion, rolling) weight
   tran = m.body_invweight0[body1[slot], 0] + m.body_invweight0[body2[slot], 0]
@@ -398,7 +414,10 @@ def _impedance_rows(m: Model, d: Data, pos: jax.Array, margin: jax.Array, diag: 
   pyramid = np.flatnonzero(kind == ConstraintType.CONTACT_PYRAMIDAL)
   if len(pyramid):
     mu0 = d.contact_friction[slot[pyramid], 0]
-    R = R.at[pyramid].set(2 * mu0 * mu0 * R[first[pyramid]] / impratio)
+    edges = 2 * mu0 * mu0 * R[first[pyramid]] / impratio
+    if m.flg_adhesion:
+      edges = jnp.where(single_rows(m, d, pyramid), R[pyramid], edges)
+    R = R.at[pyramid].set(edges)
   ell_friction = (kind == ConstraintType.CONTACT_ELLIPTIC) & (sub > 0)
   elliptic = np.flatnonzero(ell_friction)
   if len(elliptic):
@@ -443,21 +462,96 @@ def make_constraint(m: Model, d: Data) -> Data:
       if kinds[0] == ConstraintType.CONTACT_FRICTIONLESS:
         solreffriction = solreffriction.at[rows].set(d.contact_solreffriction[m.efc_rowid[rows]])
     active &= _nonempty(m, J)
+    if m.opt.enabled(EnableBit.DIAGEXACT) and m.nv:
+      # the exact diagonal of J M^-1 J' in place of the approximation (mj_projectConstraint)
+      diag = jnp.sum(J * crb.solve_m(m, d, J.T).T, axis=-1)
     R, kbip = _impedance_rows(m, d, pos, margin, diag, solref, solreffriction, solimp)
     mask = lambda x: jnp.where(active, x, 0.0)
     return d.replace(
         efc_J=jnp.where(active[:, None], J, 0.0), efc_pos=mask(pos), efc_margin=mask(margin),
         efc_frictionloss=mask(floss), efc_R=jnp.where(active, R, 1.0), efc_D=mask(1 / R),
         efc_KBIP=jnp.where(active[:, None], kbip, 0.0), efc_active=active,
-        efc_type=jnp.asarray(m.efc_rowtype), efc_id=jnp.asarray(m.efc_rowid),
+        efc_type=_row_types(m, d), efc_id=jnp.asarray(m.efc_rowid),
         nefc=jnp.sum(active).astype(jnp.int32))
+
+
+def _row_types(m: Model, d: Data) -> jax.Array:
+  """efc_type (njmax,): the static row types, but frictionless for the row of an adhesive
+  contact in the gap."""
+  kind = jnp.asarray(m.efc_rowtype)
+  if not m.flg_adhesion:
+    return kind
+  rows = rows_of(m, ConstraintType.CONTACT_PYRAMIDAL, ConstraintType.CONTACT_ELLIPTIC)
+  return kind.at[rows].set(jnp.where(single_rows(m, d, rows),
+                                     int(ConstraintType.CONTACT_FRICTIONLESS), kind[rows]))
+
+
+def rows_of_contacts(m: Model) -> np.ndarray:
+  """Static indices of the enabled contact rows, of every cone type."""
+  return rows_of(m, ConstraintType.CONTACT_FRICTIONLESS, ConstraintType.CONTACT_PYRAMIDAL,
+                 ConstraintType.CONTACT_ELLIPTIC)
+
+
+def _surface_velocity(m: Model, d: Data) -> tuple[np.ndarray, jax.Array]:
+  """The contact rows and what the geoms' surface velocities (a conveyor belt's, say) add to
+  their efc_vel (mj_addSurfaceVel): geom 2's surface velocity relative to geom 1's at the
+  contact point, in the contact frame, tangential and torsional components only; an elliptic
+  row takes its component, a pyramid edge mu_k times friction component k with the edge's
+  sign, a row of dim 1 nothing."""
+  geom = jnp.asarray(collision.slot_geom(m, d))
+  surfacevel = m.geom_surfacevel[geom]                                  # (nconmax, 2, 6)
+  xmat = d.geom_xmat[geom]
+  linear = jnp.einsum("nkij,nkj->nki", xmat, surfacevel[..., :3])
+  angular = jnp.einsum("nkij,nkj->nki", xmat, surfacevel[..., 3:])
+  linear = linear + math.cross(angular, d.contact_pos[:, None, :] - d.geom_xpos[geom])
+  relative = jnp.stack([linear[:, 1] - linear[:, 0], angular[:, 1] - angular[:, 0]], axis=1)
+  local = jnp.einsum("nij,nkj->nki", d.contact_frame, relative).reshape(-1, 6)
+  local = local * np.array([[0, 1, 1, 1, 0, 0]], dtype=local.dtype)
+  rows = rows_of_contacts(m)
+  slot, sub = m.efc_rowid[rows], m.efc_rowsub[rows]
+  pyramid = m.efc_rowtype[rows] == ConstraintType.CONTACT_PYRAMIDAL
+  edge = np.where(pyramid, sub // 2, 0)
+  sign = np.where(sub % 2 == 0, 1.0, -1.0).astype(local.dtype)
+  values = jnp.where(pyramid, sign * d.contact_friction[slot, edge] * local[slot, edge + 1],
+                     local[slot, np.where(pyramid, 0, sub)])
+  if m.flg_adhesion:
+    values = jnp.where(single_rows(m, d, rows), 0.0, values)
+  return rows, values
+
+
+def _adhesion_bias(m: Model, d: Data) -> tuple[np.ndarray, jax.Array]:
+  """The contact rows and what adhesion adds to their aref (mj_adhesionRef): R times the
+  adhesion on a contact's normal row, or R times its share on each of a pyramid's 2 (dim - 1)
+  edges."""
+  rows = rows_of_contacts(m)
+  slot, sub = m.efc_rowid[rows], m.efc_rowsub[rows]
+  adhesion = d.contact_adhesion[slot]
+  edges = jnp.where(m.efc_rowtype[rows] == ConstraintType.CONTACT_PYRAMIDAL,
+                    2 * (d.contact_dim[slot] - 1), 0)
+  share = jnp.where(edges > 0, adhesion / jnp.maximum(edges, 1).astype(adhesion.dtype),
+                    jnp.where(sub == 0, adhesion, 0.0))
+  return rows, d.efc_R[rows] * share
 
 
 def reference_constraint(m: Model, d: Data) -> Data:
   """Computes efc_vel = J qvel and efc_aref = -B vel - K imp (pos - margin)
-  (mj_referenceConstraint)."""
+  (mj_referenceConstraint).
+
+  Contact rows' velocities include the geoms' surface velocities; an adhesive contact's rows
+  add R times its adhesion (shared by a pyramid's edges) to aref, so that with the adhesive
+  pull applied as a passive force (``flexor.passive``) the contact's net force under
+  compression is as without adhesion.
+  """
   with jax.named_scope("reference_constraint"):
     vel = d.efc_J @ d.qvel
+    if m.flg_surfacevel and m.nconmax:
+      rows, values = _surface_velocity(m, d)
+      vel = vel.at[rows].add(values)
     k, b, imp = d.efc_KBIP[:, 0], d.efc_KBIP[:, 1], d.efc_KBIP[:, 2]
-    aref = -b * vel - k * imp * (d.efc_pos - d.efc_margin) - jdot_correction(m, d)
-  return d.replace(efc_vel=vel, efc_aref=jnp.where(d.efc_active, aref, 0.0))
+    aref = -b * vel - k * imp * (d.efc_pos - d.efc_margin)
+    if m.flg_adhesion and m.nconmax:
+      rows, values = _adhesion_bias(m, d)
+      aref = aref.at[rows].add(values)
+    aref = aref - jdot_correction(m, d)
+  return d.replace(efc_vel=jnp.where(d.efc_active, vel, 0.0),
+                   efc_aref=jnp.where(d.efc_active, aref, 0.0))

@@ -26,8 +26,10 @@ Which terms MuJoCo 4.0 computes under the disable flags (measured with MuJoCo 4.
 zeroes ``qfrc_damper``, both together zero every passive force (gravity compensation and fluid
 included), and ``DisableBit.GRAVITY`` zeroes ``qfrc_gravcomp``.
 
-Fluid forces (inertia-box and ellipsoid models) are in ``flexor.fluid``. Not modelled: flex
-elasticity, and MuJoCo 4.0's passive contact and adhesion forces.
+Fluid forces (inertia-box and ellipsoid models) are in ``flexor.fluid``. MuJoCo 4.0's contact
+adhesion pulls each adhesive contact's geoms together along its normal (``qfrc_adhesion``); its
+constraint rows compensate under compression (``flexor.constraint.reference_constraint``). Not
+modelled: flex elasticity, and MuJoCo 4.0's passive contact forces.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import kinematics, math
+from flexor import constraint, kinematics, math
 from flexor.fluid import fluid
 from flexor.types import Data, DisableBit, JointType, Model, TrnType
 
@@ -204,13 +206,24 @@ def _gravcomp(m: Model, d: Data) -> jax.Array:
                       lambda: jnp.zeros(m.nv, d.qvel.dtype))
 
 
+def _adhesion(m: Model, d: Data) -> jax.Array:
+  """The pull of adhesive contacts (nv,): minus each contact's adhesion (N) along its normal,
+  through the normal's Jacobian (mj_adhesion). Needs the contacts (fwd_position)."""
+  body1, body2 = constraint.slot_bodies(m, d)
+  jacp1, _ = kinematics.jac(m, d, d.contact_pos, body1)
+  jacp2, _ = kinematics.jac(m, d, d.contact_pos, body2)
+  normal = jnp.einsum("nj,nvj->nv", d.contact_frame[:, 0], jacp2 - jacp1)
+  return jnp.where(d.contact_exist, -d.contact_adhesion, 0.0) @ normal
+
+
 def passive(m: Model, d: Data) -> Data:
-  """Computes qfrc_spring, qfrc_damper, qfrc_gravcomp, qfrc_fluid and qfrc_passive, all (nv,).
+  """Computes qfrc_spring, qfrc_damper, qfrc_gravcomp, qfrc_fluid, qfrc_adhesion and
+  qfrc_passive, all (nv,).
 
   qfrc_spring and qfrc_damper include the tendon terms ``ten_J' f``; qfrc_passive = spring +
-  damper + fluid + gravcomp on the dofs of joints without ``jnt_actgravcomp`` (the others
-  receive it in ``qfrc_actuator``). Needs kinematics, com_pos, com_vel and, for models with
-  tendons, ten_length, ten_J and ten_velocity.
+  damper + fluid + adhesion + gravcomp on the dofs of joints without ``jnt_actgravcomp`` (the
+  others receive it in ``qfrc_actuator``). Needs kinematics, com_pos, com_vel, the contacts
+  and, for models with tendons, ten_length, ten_J and ten_velocity.
   """
   with jax.named_scope("passive"):
     zero = jnp.zeros(m.nv, dtype=d.qvel.dtype)
@@ -218,7 +231,7 @@ def passive(m: Model, d: Data) -> Data:
     damper_on = not m.opt.disabled(DisableBit.DAMPER)
     if not (spring_on or damper_on):
       return d.replace(qfrc_spring=zero, qfrc_damper=zero, qfrc_gravcomp=zero, qfrc_fluid=zero,
-                       qfrc_passive=zero)
+                       qfrc_adhesion=zero, qfrc_passive=zero)
     qfrc_spring = _joint_spring(m, d) if spring_on else zero
     qfrc_damper = _dof_damper(m, d) if damper_on else zero
     if m.ntendon:
@@ -227,10 +240,13 @@ def passive(m: Model, d: Data) -> Data:
       qfrc_damper = qfrc_damper + frc_damper @ d.ten_J
     qfrc_gravcomp = zero if m.opt.disabled(DisableBit.GRAVITY) else _gravcomp(m, d)
     qfrc_fluid = fluid(m, d)
+    adhesive = m.flg_adhesion and m.nconmax and not m.opt.disabled(DisableBit.CONTACT)
+    qfrc_adhesion = _adhesion(m, d) if adhesive else zero
     passive_gravcomp = jnp.asarray(m.jnt_actgravcomp[m.dof_jntid] == 0, dtype=zero.dtype)
-    qfrc_passive = qfrc_spring + qfrc_damper + qfrc_fluid + qfrc_gravcomp * passive_gravcomp
+    qfrc_passive = (qfrc_spring + qfrc_damper + qfrc_fluid + qfrc_adhesion
+                    + qfrc_gravcomp * passive_gravcomp)
   return d.replace(qfrc_spring=qfrc_spring, qfrc_damper=qfrc_damper, qfrc_gravcomp=qfrc_gravcomp,
-                   qfrc_fluid=qfrc_fluid, qfrc_passive=qfrc_passive)
+                   qfrc_fluid=qfrc_fluid, qfrc_adhesion=qfrc_adhesion, qfrc_passive=qfrc_passive)
 
 
 def update_plastic(m: Model, d: Data, qpos: jax.Array, dq: jax.Array) -> jax.Array:

@@ -64,9 +64,10 @@ def contact_force(m: Model, d: Data) -> jax.Array:
 
   A pyramidal contact's normal force is the sum of its edge forces and its k-th friction force
   mu_k (f_2k - f_2k+1) (mju_decodePyramid); elliptic and frictionless rows are the components.
+  The normal force is the net one: an adhesive contact's adhesion (pulling, see
+  ``flexor.passive``) is subtracted from what its rows push with.
   """
-  rows = constraint.rows_of(m, ConstraintType.CONTACT_FRICTIONLESS,
-                            ConstraintType.CONTACT_PYRAMIDAL, ConstraintType.CONTACT_ELLIPTIC)
+  rows = constraint.rows_of_contacts(m)
   out = jnp.zeros((m.nconmax, 6), dtype=d.efc_force.dtype)
   if not rows.size:
     return out
@@ -82,7 +83,14 @@ def contact_force(m: Model, d: Data) -> jax.Array:
   column = np.where(pyramid, edge + 1, np.where(elliptic, sub, 0))
   weight = jnp.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0).astype(dtype) * mu,
                      np.where(elliptic & (sub > 0), 1.0, 0.0).astype(dtype))
-  return out.at[slot, 0].add(normal * force).at[slot, column].add(weight * force)
+  out = out.at[slot, 0].add(normal * force)
+  if not m.flg_adhesion:
+    return out.at[slot, column].add(weight * force)
+  weight = jnp.where(constraint.single_rows(m, d, rows), 0.0, weight)
+  out = out.at[slot, column].add(weight * force)
+  first = rows[sub == 0]
+  has_rows = jnp.zeros(m.nconmax, bool).at[m.efc_rowid[first]].set(d.efc_active[first])
+  return out.at[:, 0].add(jnp.where(has_rows, -d.contact_adhesion, 0.0))
 
 
 def _contact_cfrc_ext(m: Model, d: Data) -> jax.Array:

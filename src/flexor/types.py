@@ -564,6 +564,8 @@ class Model(_Node):
   nconmax: int                  # Data's contact slots: nconslot, or <= size_nconmax per condim
   size_nconmax: int             # <size nconmax>: the most contacts of one condim (-1: no limit)
   max_geom_pairs: int           # MJX's numeric max_geom_pairs: narrow-phase runs per type pair
+  flg_adhesion: int             # some geom or pair has adhesion (derived, as mj_setConst)
+  flg_surfacevel: int           # some geom has a surface velocity (derived, as mj_setConst)
   njmax: int                    # constraint rows: every row the model can activate
   opt: Option
 
@@ -645,6 +647,9 @@ class Model(_Node):
   geom_friction: jax.Array = _field("ngeom", 3, fill=(1.0, 0.005, 0.0001))
   geom_margin: jax.Array = _field("ngeom", fill=0.0)
   geom_gap: jax.Array = _field("ngeom", fill=0.0)
+  geom_adhesion: jax.Array = _field("ngeom", fill=0.0)  # N, contacts' pull along the normal
+  geom_surfacevel: jax.Array = _field("ngeom", 6, fill=0.0)  # surface's (linear, angular)
+                                                             # velocity in the geom frame
   geom_fluid: jax.Array = _field("ngeom", 12, fill=0.0)  # ellipsoid fluid model, see passive
   # appearance: rays (flexor.ray) pass through geoms whose colour, or material's, is transparent
   geom_rgba: np.ndarray = _field("ngeom", 4, fill=(0.5, 0.5, 0.5, 1.0))
@@ -826,6 +831,7 @@ class Model(_Node):
   pair_solimp: jax.Array = _field("npair", 5, fill=_SOLIMP)
   pair_margin: jax.Array = _field("npair", fill=0.0)
   pair_gap: jax.Array = _field("npair", fill=0.0)
+  pair_adhesion: jax.Array = _field("npair", fill=0.0)
   pair_friction: jax.Array = _field("npair", 5, fill=(1.0, 1.0, 0.005, 0.0001, 0.0001))
   exclude_signature: np.ndarray = _field("nexclude", fill=0)
 
@@ -972,6 +978,7 @@ class Data:
   qfrc_damper: jax.Array = _field("nv", fill=0.0)
   qfrc_gravcomp: jax.Array = _field("nv", fill=0.0)
   qfrc_fluid: jax.Array = _field("nv", fill=0.0)
+  qfrc_adhesion: jax.Array = _field("nv", fill=0.0)   # adhesive contacts' pull
   qfrc_passive: jax.Array = _field("nv", fill=0.0)
   qfrc_actuator: jax.Array = _field("nv", fill=0.0)
   qfrc_smooth: jax.Array = _field("nv", fill=0.0)
@@ -993,7 +1000,8 @@ class Data:
   contact_solref: jax.Array = _field("nconmax", 2, fill=0.0)
   contact_solreffriction: jax.Array = _field("nconmax", 2, fill=0.0)
   contact_solimp: jax.Array = _field("nconmax", 5, fill=0.0)
-  contact_dim: jax.Array = _field("nconmax", fill=0)       # int
+  contact_adhesion: jax.Array = _field("nconmax", fill=0.0)  # N
+  contact_dim: jax.Array = _field("nconmax", fill=0)       # int: 1 for adhesion in the gap
   contact_geom: jax.Array = _field("nconmax", 2, fill=-1)  # int
   # constraint rows (Model.njmax, static layout in MuJoCo's order: equality, friction, limit,
   # contact); efc_active marks the rows MuJoCo would instantiate (its first nefc)

@@ -275,6 +275,8 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   out.update(contact_pairs.candidates(out, out["opt"].disableflags, convex))
   out["size_nconmax"] = int(f.get("size_nconmax", -1))
   out["max_geom_pairs"] = int(f.get("max_geom_pairs", -1))
+  out["flg_adhesion"] = int(np.any(out["geom_adhesion"]) or np.any(out["pair_adhesion"]))
+  out["flg_surfacevel"] = int(np.any(out["geom_surfacevel"]))
   out.update(constraint_rows.layout(out, out["opt"]))
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
 

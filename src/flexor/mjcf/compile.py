@@ -14,6 +14,7 @@ returns what that pass needs besides the Model.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,14 @@ _INTEGRATORS = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
 _CONES = {"pyramidal": 0, "elliptic": 1}
 _JACOBIANS = {"dense": 0, "sparse": 1, "auto": 2}
 _SOLVERS = {"PGS": 0, "CG": 1, "Newton": 2}
+# flags whose MuJoCo feature flexor does not build: the model loads and simulates without it
+_NOT_BUILT_FLAGS = {
+    "sleep": "sleeping islands are not built in flexor: resting bodies keep moving where MuJoCo "
+             "freezes them",
+    "speculative": "speculative contacts are not built in flexor: fast bodies can pass through "
+                   "thin geoms where MuJoCo stops them",
+    "nativeccd": "libccd (nativeccd disabled) is not built in flexor: convex pairs keep "
+                 "MuJoCo's native GJK/EPA contacts"}
 _ENABLE = {"disable": 0, "enable": 1}
 _LENGTHRANGE_MODES = {"none": 0, "muscle": 1, "muscleuser": 2, "all": 3}
 
@@ -73,6 +82,9 @@ def _compiler(source: Source) -> Compiler:
     c.texturedir = r.text("texturedir", c.texturedir)
     if r.bool("fusestatic", False):
       raise r.error("fusestatic is not supported by flexor yet", "fusestatic")
+    if r.bool("alignfree", False):
+      raise r.error("aligning free bodies with their inertial frames (alignfree) is not "
+                    "supported by flexor yet", "alignfree")
     c.discardvisual = r.bool("discardvisual", c.discardvisual)
   return c
 
@@ -100,6 +112,8 @@ def _option(source: Source, dtype: Any):
                              ("o_friction", 5, (1.0, 1.0, 0.005, 0.0001, 0.0001))):
       if r.has(name):
         values[name] = r.floats(name, n, default, at_most=True)
+    if r.text("integrator", "").strip() == "discrete":
+      raise r.error("MuJoCo 4's discrete integrator is not supported by flexor yet", "integrator")
     for name, table in (("integrator", _INTEGRATORS), ("cone", _CONES), ("jacobian", _JACOBIANS),
                         ("solver", _SOLVERS)):
       if r.has(name):
@@ -121,6 +135,8 @@ def _option(source: Source, dtype: Any):
       fr = _bare(source, flag)
       for attr in flag.attrib:
         on = fr.keyword(attr, _ENABLE, 1)
+        if (attr in _NOT_BUILT_FLAGS) and on != (attr == "nativeccd"):
+          warnings.warn(str(fr.error(_NOT_BUILT_FLAGS[attr], attr)))
         if attr == "passive":
           bits = DisableBit.SPRING | DisableBit.DAMPER
           disable = (disable & ~bits) | (0 if on else bits)
@@ -180,6 +196,7 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
             info = mesh.process_mesh(vertex.reshape(-1, 3), face.reshape(-1, 3), name, **options)
           except ValueError as e:
             raise r.error(str(e), "vertex") from None
+        _check_maxhullvert(r, info)
         meshes[name] = (len(meshes), info)
       elif element.tag == "texture":
         for attr in ("file", "fileright", "fileleft", "fileup", "filedown", "filefront",
@@ -208,6 +225,25 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
           raise r.error(message, attribute) from None
         hfields[name or ""] = (len(hfields), compiled)
   return meshes, hfields, materials
+
+
+def _check_maxhullvert(r: Reader, info: Any) -> None:
+  """A mesh's ``maxhullvert``: MuJoCo stops its convex hull at that many vertices, which
+  flexor does not; refused where it would cut the hull."""
+  limit = r.int("maxhullvert", -1)
+  if limit == -1:
+    return
+  if limit < 4:
+    raise r.error(f"maxhullvert must be larger than 3, got {limit}", "maxhullvert")
+  if len(info.vert) <= limit:
+    return
+  try:
+    hull = info.hull if info.hull is not None else mesh.convex_hull(info.vert, info.name)
+  except ValueError:
+    return  # no hull: nothing to cut
+  if len(np.unique(hull)) > limit:
+    raise r.error(f"a convex hull cut to {limit} vertices (maxhullvert) is not supported by "
+                  "flexor yet", "maxhullvert")
 
 
 def _hull(source: Source, info: Any, colliding: bool) -> np.ndarray | None:
@@ -310,6 +346,14 @@ def _normalize_quats(qpos: np.ndarray, jnt_type: np.ndarray) -> None:
     adr += {JointType.FREE: 7, JointType.BALL: 4}.get(int(t), 1)
 
 
+def _refuse_flex(source: Source) -> None:
+  """A ``<deformable><flex>`` adds flex objects (their contacts and elasticity) in MuJoCo."""
+  for section in source.sections("deformable"):
+    for element in section:
+      if element.tag == "flex":
+        raise source.error(element, "flex objects are not supported by flexor yet")
+
+
 def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int) -> dict[str, Any]:
   nq, nv = len(fields["qpos0"]), sum(
       {0: 6, 1: 3}.get(int(t), 1) for t in fields["jnt_type"])
@@ -321,6 +365,9 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int) -> dict
   for section in source.sections("keyframe"):
     for element in section:
       r = _bare(source, element)
+      if r.has("plastic"):
+        raise r.error("keyframes of the plastic state are not supported by flexor yet",
+                      "plastic")
       names.append(element.get("name", ""))
       keys["time"].append(r.float("time", 0.0))
       for name, n, default in (("qpos", nq, fields["qpos0"]), ("qvel", nv, np.zeros(nv)),
@@ -375,6 +422,7 @@ def _lengthrange_options(source: Source) -> dict[str, Any]:
 def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str, Any]]:
   compiler = _compiler(source)
   option = _option(source, dtype)
+  _refuse_flex(source)
   defaults = Defaults(source)
   meshes, hfields, materials = _assets(source, defaults, compiler)
   builder = TreeCompiler(source, defaults, compiler, meshes, hfields, materials)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -83,8 +84,8 @@ def _new_tree() -> Tree:
                    "frictionloss armature damping dampingpoly dofsolref dofsolimp name "
                    "element".split()},
               geom={k: [] for k in "type contype conaffinity condim bodyid dataid group priority "
-                    "solmix solref solimp size rbound pos quat friction margin gap fluid name "
-                    "element mass inertia rgba matid".split()},
+                    "solmix solref solimp size rbound pos quat friction margin gap adhesion "
+                    "surfacevel fluid name element mass inertia rgba matid".split()},
               site={k: [] for k in "bodyid pos quat size type name element".split()},
               cam={k: [] for k in "bodyid mode target pos quat projection fovy resolution "
                    "sensorsize intrinsic name element".split()},
@@ -161,8 +162,9 @@ class TreeCompiler:
     for child in element:
       if not isinstance(child.tag, str):
         continue
-      if child.tag in ("attach", "flexcomp"):
-        # both add bodies and geoms in MuJoCo; ignoring them would renumber the model
+      if child.tag in ("attach", "flexcomp", "plugin"):
+        # attach and flexcomp add bodies and geoms in MuJoCo (ignoring them would renumber the
+        # model); a body plugin adds forces
         raise self.source.error(child, "this element is not supported by flexor yet")
       if child.tag == "frame":
         r = self.reader(child, use_defaults=False)
@@ -275,6 +277,9 @@ class TreeCompiler:
     free = element.tag == "freejoint"
     r = self.reader(element, "joint", use_defaults=not free)
     jtype = JointType.FREE if free else r.keyword("type", _JOINT_TYPES, JointType.HINGE)
+    if free and r.text("align", "auto").strip() == "true":
+      raise r.error("aligning a free body with its inertial frame is not supported by flexor "
+                    "yet", "align")
     pos = np.zeros(3) if free else r.floats("pos", 3, (0.0, 0.0, 0.0))
     axis = np.array([0.0, 0.0, 1.0])
     if jtype in (JointType.HINGE, JointType.SLIDE):
@@ -369,6 +374,7 @@ class TreeCompiler:
     pos, quat = self.pose(r)
     dataid, mesh_info = -1, None
     hfield_size = None
+    surfacevel = np.array(r.floats("surfacevel", 6, (0.0,) * 6, at_most=True), dtype=float)
     if r.has("fromto"):
       if r.element.get("pos") is not None and r.element.get("fromto") is not None:
         raise r.error("both pos and fromto defined", "fromto")
@@ -383,6 +389,7 @@ class TreeCompiler:
         raise r.error(f"unknown mesh {name!r}" if name else "mesh geom needs a 'mesh'", "mesh")
       dataid, mesh_info = self.meshes[name]
       pos, quat, size = self._mesh_frame(r, pos, quat, mesh_info)
+      surfacevel = mesh.surface_velocity(surfacevel, mesh_info)
     elif gtype == GeomType.HFIELD:
       name = r.text("hfield")
       if name is None or name not in self.hfields:
@@ -392,6 +399,9 @@ class TreeCompiler:
       size = np.array([hfield_size[0], hfield_size[1],
                        0.5 * (0.5 * hfield_size[2] + hfield_size[3])])
     else:
+      if r.has("mesh"):
+        raise r.error("fitting a primitive geom to a mesh is not supported by flexor yet",
+                      "mesh")
       self._check_size(r, gtype, size)
     pos, quat = self.in_frame(frame, pos, quat)
     density = r.float("density", 1000.0)
@@ -409,8 +419,6 @@ class TreeCompiler:
     condim = r.int("condim", 3)
     if condim not in (1, 3, 4, 6):
       raise r.error(f"condim must be 1, 3, 4 or 6, got {condim}", "condim")
-    if r.float("adhesion", 0.0):
-      raise r.error("contact adhesion is not supported by flexor yet", "adhesion")
     material = r.text("material")
     if material is not None and material not in self.materials:
       raise r.error(f"unknown material {material!r}", "material")
@@ -423,6 +431,7 @@ class TreeCompiler:
         rbound=rbound, pos=np.asarray(pos), quat=np.asarray(quat),
         friction=r.floats("friction", 3, (1.0, 0.005, 0.0001), at_most=True),
         margin=r.float("margin", 0.0), gap=r.float("gap", 0.0),
+        adhesion=r.float("adhesion", 0.0), surfacevel=surfacevel,
         fluid=geom_fluid(gtype, size, r.keyword("fluidshape", _FLUID_SHAPES, 0),
                          r.floats("fluidcoef", 5, FLUID_COEF, at_most=True)),
         rgba=np.float32(r.floats("rgba", 4, (0.5, 0.5, 0.5, 1.0))),  # float in mjModel
@@ -453,6 +462,10 @@ class TreeCompiler:
     s = self.tree.site
     r = self.reader(element)
     stype = r.keyword("type", _GEOM_TYPES, GeomType.SPHERE)
+    if stype == GeomType.MESH:
+      warnings.warn(str(r.error("a mesh site keeps its size in flexor, where MuJoCo fits it to "
+                                "the mesh: touch and contact sensors on it see another volume",
+                                "type")))
     size = r.floats("size", 3, (0.005, 0.005, 0.005), at_most=True)
     pos, quat = self.pose(r)
     if r.has("fromto"):
@@ -642,7 +655,8 @@ class TreeCompiler:
         geom_size=arr(g["size"], (3,)), geom_rbound=arr(g["rbound"], ()),
         geom_pos=arr(g["pos"], (3,)), geom_quat=arr(g["quat"], (4,)),
         geom_friction=arr(g["friction"], (3,)), geom_margin=arr(g["margin"], ()),
-        geom_gap=arr(g["gap"], ()), geom_sameframe=arr(geom_sameframe, (), np.int32),
+        geom_gap=arr(g["gap"], ()), geom_adhesion=arr(g["adhesion"], ()),
+        geom_surfacevel=arr(g["surfacevel"], (6,)), geom_sameframe=arr(geom_sameframe, (), np.int32),
         geom_fluid=arr(g["fluid"], (12,)), geom_rgba=arr(g["rgba"], (4,)),
         geom_matid=arr(g["matid"], (), np.int32),
         site_bodyid=arr(s["bodyid"], (), np.int32), site_pos=arr(s["pos"], (3,)),

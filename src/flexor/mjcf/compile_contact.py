@@ -44,8 +44,6 @@ def _pair(r: Reader, geom_names: Names, geom_bodyid: np.ndarray) -> dict[str, An
   condim = r.int("condim", 3)
   if condim not in _CONDIMS:
     raise r.error(f"invalid condim {condim} in contact pair; expected 1, 3, 4 or 6", "condim")
-  if r.float("adhesion", 0.0):
-    raise r.error("contact adhesion is not supported by flexor yet", "adhesion")
   g1, g2 = geom_names(r, "geom1"), geom_names(r, "geom2")
   if geom_bodyid[g1] > geom_bodyid[g2]:
     g1, g2 = g2, g1
@@ -57,6 +55,7 @@ def _pair(r: Reader, geom_names: Names, geom_bodyid: np.ndarray) -> dict[str, An
       solreffriction=r.floats("solreffriction", 2, (0.0, 0.0), at_most=True),
       solimp=r.floats("solimp", 5, _SOLIMP, at_most=True),
       margin=r.float("margin", 0.0), gap=r.float("gap", 0.0),
+      adhesion=r.float("adhesion", 0.0),
       friction=r.floats("friction", 5, _FRICTION, at_most=True))
 
 
@@ -92,6 +91,7 @@ def compile_contact(source: Source, defaults: Defaults, names: dict[str, Names],
                             ("geom2", (), np.int32), ("signature", (), np.int64),
                             ("solref", (2,), np.float64), ("solreffriction", (2,), np.float64),
                             ("solimp", (5,), np.float64), ("margin", (), np.float64),
-                            ("gap", (), np.float64), ("friction", (5,), np.float64)):
+                            ("gap", (), np.float64), ("adhesion", (), np.float64),
+                            ("friction", (5,), np.float64)):
     out[f"pair_{key}"] = np.array([p[key] for p in pairs], dtype=dtype).reshape((-1,) + shape)
   return out

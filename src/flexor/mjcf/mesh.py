@@ -736,3 +736,19 @@ def mesh_geom(geom_pos: Sequence[float], geom_quat: Sequence[float],
   a = info.aamm
   size = np.array([max(abs(float(a[i])), abs(float(a[i + 3]))) for i in range(3)])
   return pos, quat, size
+
+
+def surface_velocity(surfacevel: np.ndarray, info: MeshInfo) -> np.ndarray:
+  """A mesh geom's ``surfacevel`` (6,) (linear m/s, angular rad/s), given in the MJCF geom's
+  frame, in the compiled frame that absorbed the mesh frame (``mesh_geom``): the angular part's
+  origin moves to the mesh frame's origin, so the linear part gains omega x pos, and both are
+  rotated into the mesh frame."""
+  if not np.any(surfacevel):
+    return surfacevel
+  (w0, w1, w2), p = surfacevel[3:], [float(x) for x in info.pos]
+  linear = surfacevel[:3] + np.array([w1 * p[2] - w2 * p[1], w2 * p[0] - w0 * p[2],
+                                      w0 * p[1] - w1 * p[0]])
+  q = [float(x) for x in info.quat]
+  inverse = [q[0], -q[1], -q[2], -q[3]]
+  return np.array(frames.rot_vec_quat_direct(linear, inverse)
+                  + frames.rot_vec_quat_direct(surfacevel[3:], inverse))
