@@ -49,6 +49,9 @@ def parse_args(argv: list[str] | None, doc: str | None = None, models: tuple[str
   parser.add_argument("--quick", action="store_true",
                       help="batch 64 only, 50 steps, one timed run")
   parser.add_argument("--no-mjx", action="store_true", help="skip MJX (slow to compile)")
+  parser.add_argument("--no-c-loop", action="store_true",
+                      help="skip MuJoCo C's one-thread Python loop (slow at large batches); "
+                           "its threaded rollout still runs")
   if grad:
     parser.add_argument("--grad", action="store_true",
                         help="also time a rollout gradient against the forward rollout")
@@ -172,8 +175,9 @@ def run_mjx(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, batche
 
 
 def run_mujoco(mj: Any, init: dict[str, np.ndarray], steps: int, batches: list[int],
-            repeat: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
-  """MuJoCo C: (mj_step loop results, mujoco.rollout results or None)."""
+               repeat: int, loop: bool = True) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+  """MuJoCo C: (mj_step loop results or None where ``loop`` is false, mujoco.rollout results
+  or None where the rollout module is missing)."""
   import mujoco  # pylint: disable=import-outside-toplevel
 
   def fresh(i: int) -> Any:
@@ -182,26 +186,12 @@ def run_mujoco(mj: Any, init: dict[str, np.ndarray], steps: int, batches: list[i
       getattr(d, k)[:] = v[i]
     return d
 
-  d = fresh(0)
-  loop: dict[str, Any] = {"compile": None}
-  loop["step"] = best(lambda: [mujoco.mj_step(mj, d) for _ in range(steps)], repeat) / steps
-  finite = True
-  for b in batches:
-    datas = [fresh(i) for i in range(b)]
-
-    def run_loop(datas=datas):
-      for _ in range(steps):
-        for d in datas:
-          mujoco.mj_step(mj, d)
-
-    loop[b] = b * steps / best(run_loop, repeat)
-    finite &= all(np.all(np.isfinite(d.qpos)) for d in datas)
-  loop["finite"] = finite
+  looped = _run_loop(mj, fresh, steps, batches, repeat) if loop else None
 
   try:
     from mujoco import rollout  # pylint: disable=import-outside-toplevel
   except ImportError:
-    return loop, None
+    return looped, None
   nthread = os.cpu_count() or 1
   spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
   state = np.zeros((max(batches), mujoco.mj_stateSize(mj, spec)))
@@ -221,7 +211,29 @@ def run_mujoco(mj: Any, init: dict[str, np.ndarray], steps: int, batches: list[i
         lambda b=b, out=out, control=control: pool.rollout(mj, threads, state[:b], control,
                                                           nstep=steps, state=out), repeat)
   pool.close()
-  return loop, rolled
+  return looped, rolled
+
+
+def _run_loop(mj: Any, fresh: Callable[[int], Any], steps: int, batches: list[int],
+              repeat: int) -> dict[str, Any]:
+  """``mj_step`` in a Python loop over steps and the batch's MjData (``fresh(i)``)."""
+  import mujoco  # pylint: disable=import-outside-toplevel
+  d = fresh(0)
+  loop: dict[str, Any] = {"compile": None}
+  loop["step"] = best(lambda: [mujoco.mj_step(mj, d) for _ in range(steps)], repeat) / steps
+  finite = True
+  for b in batches:
+    datas = [fresh(i) for i in range(b)]
+
+    def run_loop(datas=datas):
+      for _ in range(steps):
+        for d in datas:
+          mujoco.mj_step(mj, d)
+
+    loop[b] = b * steps / best(run_loop, repeat)
+    finite &= all(np.all(np.isfinite(d.qpos)) for d in datas)
+  loop["finite"] = finite
+  return loop
 
 
 def device_name() -> str:
@@ -281,10 +293,14 @@ def measure_model(name: str, mj: Any, init: dict[str, np.ndarray], args: argpars
   for engine, measure in engines:
     t0 = time.perf_counter()
     rows.append((name, engine, measure()))
-    print(f"  {engine} done in {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"  {engine} done in {time.perf_counter() - t0:.0f} s: "
+          + ", ".join(f"{k} {_fmt(v, 'rate' if isinstance(k, int) else 's')}"
+                      for k, v in rows[-1][2].items() if k in batches or k == "compile"),
+          flush=True)
   t0 = time.perf_counter()
-  loop, rolled = run_mujoco(mj, init, args.steps, batches, args.repeat)
-  rows.append((name, "MuJoCo C loop", loop))
+  loop, rolled = run_mujoco(mj, init, args.steps, batches, args.repeat, not args.no_c_loop)
+  if loop is not None:
+    rows.append((name, "MuJoCo C loop", loop))
   if rolled is not None:
     rows.append((name, f"MuJoCo C rollout x{rolled['nthread']}", rolled))
   print(f"  MuJoCo C done in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -143,18 +143,22 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   kind = m.efc_rowtype[rows]
   body1, body2 = slot_bodies(m, d)
   used = np.unique(slot)
-  pos = d.contact_pos[used]
-  jacp1, jacr1 = kinematics.jac(m, d, pos, body1[used])
-  jacp2, jacr2 = kinematics.jac(m, d, pos, body2[used])
-  frame = d.contact_frame[used]                                    # (n, 3, 3)
-  jac_t = jnp.einsum("nij,nvj->niv", frame, jacp2 - jacp1)         # (n, 3, nv)
-  jac_r = jnp.einsum("nij,nvj->niv", frame, jacr2 - jacr1)
-  jac_frame = jnp.concatenate([jac_t, jac_r], axis=1)              # (n, 6, nv)
-  local = np.searchsorted(used, slot)
   pyramid = kind == ConstraintType.CONTACT_PYRAMIDAL
   elliptic = kind == ConstraintType.CONTACT_ELLIPTIC
   edge = np.where(pyramid, sub // 2, 0)
   sign = np.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0), 0.0).astype(d.qpos.dtype)
+  pos = d.contact_pos[used]
+  jacp1, jacr1 = kinematics.jac(m, d, pos, body1[used])
+  jacp2, jacr2 = kinematics.jac(m, d, pos, body2[used])
+  frame = d.contact_frame[used]                                    # (n, 3, 3)
+  jac_frame = math.frame_dot(frame, jacp2 - jacp1)                 # (n, 3, nv)
+  if np.any(edge >= 2) or np.any(elliptic & (sub >= 3)):
+    # torsional and rolling friction (condim 4 and 6) use the rotational components
+    jac_frame = jnp.concatenate([jac_frame, math.frame_dot(frame, jacr2 - jacr1)], axis=1)
+  # the rows as one gather from the flattened (n * k, nv) components
+  k = jac_frame.shape[1]
+  jac_frame = jac_frame.reshape(-1, m.nv)
+  local = k * np.searchsorted(used, slot)
   friction = d.contact_friction[slot, edge]
   active = d.contact_exist[slot] & (d.contact_dist[slot] < d.contact_includemargin[slot])
   if m.flg_adhesion:
@@ -163,9 +167,8 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
     friction = jnp.where(single, 0.0, friction)
     active = ((d.contact_exist[slot] & (d.contact_adhesion[slot] != 0)) | active) & (
         ~single | (sub == 0))
-  jac = (jnp.where(elliptic[:, None], jac_frame[local, np.where(elliptic, sub, 0)],
-                   jac_frame[local, 0])
-         + (sign * friction)[:, None] * jac_frame[local, edge + 1])
+  jac = (jac_frame[local + np.where(elliptic, sub, 0)]
+         + (sign * friction)[:, None] * jac_frame[local + edge + 1])
   normal = ~elliptic | (sub == 0)
   dist = jnp.where(normal, d.contact_dist[slot], 0.0)
   margin = jnp.where(normal, d.contact_includemargin[slot], 0.0)

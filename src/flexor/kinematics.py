@@ -261,6 +261,15 @@ def jac(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array):
   return jacp * moves[..., None], ang * moves[..., None]
 
 
+def normal_jac(m: Model, d: Data, point: jax.Array, normal: jax.Array,
+               body1: np.ndarray | jax.Array, body2: np.ndarray | jax.Array) -> jax.Array:
+  """Jacobians (n, nv) of the relative velocity along ``normal`` (n, 3) at ``point`` (n, 3) of
+  body2 (n,) with respect to body1 (n,): normal . (jacp(body2) - jacp(body1))."""
+  jac1, _ = jac(m, d, point, body1)
+  jac2, _ = jac(m, d, point, body2)
+  return math.frame_dot(normal[:, None], jac2 - jac1)[:, 0]
+
+
 def point_jac_dot(m: Model, d: Data, point: jax.Array, body: np.ndarray):
   """Velocities and Jacobian derivatives times qvel of points fixed to bodies (mj_jacDot @ qvel).
 

@@ -210,9 +210,7 @@ def _adhesion(m: Model, d: Data) -> jax.Array:
   """The pull of adhesive contacts (nv,): minus each contact's adhesion (N) along its normal,
   through the normal's Jacobian (mj_adhesion). Needs the contacts (fwd_position)."""
   body1, body2 = constraint.slot_bodies(m, d)
-  jacp1, _ = kinematics.jac(m, d, d.contact_pos, body1)
-  jacp2, _ = kinematics.jac(m, d, d.contact_pos, body2)
-  normal = jnp.einsum("nj,nvj->nv", d.contact_frame[:, 0], jacp2 - jacp1)
+  normal = kinematics.normal_jac(m, d, d.contact_pos, d.contact_frame[:, 0], body1, body2)
   return jnp.where(d.contact_exist, -d.contact_adhesion, 0.0) @ normal
 
 

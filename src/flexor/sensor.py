@@ -413,24 +413,32 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   """Normal forces of the contacts of the site's body whose normal ray, from the contact point
   away from that body, meets the site's volume (n, 1)."""
   site = _objid(m, ids)
-  out = jnp.zeros(len(ids), dtype=d.qvel.dtype)
   if not m.nconmax:
-    return out[:, None]
+    return jnp.zeros((len(ids), 1), dtype=d.qvel.dtype)
   body1, body2 = constraint.slot_bodies(m, d)                            # (nconmax,)
-  body = m.site_bodyid[site][:, None]
-  on1, on2 = body == body1[None, :], body == body2[None, :]              # (n, nconmax)
-  normal = contact_force(m, d)[:, 0]
+  body = m.site_bodyid[site]
+  if isinstance(body1, np.ndarray):
+    # static slots: cast rays only from the slots whose geoms can belong to the site's body
+    sensor, slot = np.nonzero((body[:, None] == body1[None]) | (body[:, None] == body2[None]))
+  else:
+    sensor, slot = (k.ravel() for k in np.indices((len(ids), m.nconmax)))
+  if not len(slot):
+    return jnp.zeros((len(ids), 1), dtype=d.qvel.dtype)
+  on1, on2 = body[sensor] == body1[slot], body[sensor] == body2[slot]
+  normal = contact_force(m, d)[slot, 0]
   away = jnp.where(on2, -1.0, 1.0).astype(d.qpos.dtype)                  # no float64 promotion
-  vec = d.contact_frame[None, :, 0] * away[..., None]                      # (n, nconmax, 3)
-  pos, mat, size = d.site_xpos[site], d.site_xmat[site], m.site_size[site]
-  hit = jnp.zeros(on1.shape, dtype=bool)
+  vec = d.contact_frame[slot, 0] * away[:, None]                        # (npair, 3)
+  hit = jnp.zeros(len(slot), dtype=bool)
   for site_type in np.unique(m.site_type[site]):
-    cast = jax.vmap(jax.vmap(ray.PRIMITIVES[int(site_type)], (None, None, None, 0, 0)),
-                    (0, 0, 0, None, 0))
-    mine = (m.site_type[site] == site_type)[:, None]
-    hit = jnp.where(mine, cast(pos, mat, size, d.contact_pos, vec)[0] >= 0, hit)
-  use = (on1 | on2) & hit & (normal > 0)[None, :]
-  return jnp.sum(jnp.where(use, normal[None, :], 0.0), axis=-1)[:, None]
+    mine = np.flatnonzero(m.site_type[site[sensor]] == site_type)
+    own = site[sensor[mine]]
+    dist = jax.vmap(ray.PRIMITIVES[int(site_type)])(
+        d.site_xpos[own], d.site_xmat[own], m.site_size[own], d.contact_pos[slot[mine]],
+        vec[mine])[0]
+    hit = hit.at[mine].set(dist >= 0)
+  use = (on1 | on2) & hit & (normal > 0)
+  force = jnp.where(use, normal, 0.0)
+  return jax.ops.segment_sum(force, sensor, num_segments=len(ids))[:, None]
 
 
 # ----------------------------------------------------------------------------- contact

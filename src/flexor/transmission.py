@@ -196,9 +196,7 @@ def _adhesion(m: Model, d: Data, body: np.ndarray) -> jax.Array:
   if not slots.size:
     return jnp.zeros((len(body), m.nv), d.qpos.dtype)
   body1, body2, pos = body1[slots], body2[slots], d.contact_pos[slots]
-  jac1, _ = kinematics.jac(m, d, pos, body1)
-  jac2, _ = kinematics.jac(m, d, pos, body2)
-  normal = jnp.einsum("sj,svj->sv", d.contact_frame[slots, 0], jac2 - jac1)    # (nslot, nv)
+  normal = kinematics.normal_jac(m, d, pos, d.contact_frame[slots, 0], body1, body2)  # (nslot, nv)
   touches = d.contact_exist[slots][None, :] & ((body1[None, :] == body[:, None])
                                                | (body2[None, :] == body[:, None]))
   count = jnp.sum(touches, axis=1)

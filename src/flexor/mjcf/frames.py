@@ -203,22 +203,6 @@ def rot_vec_quat(vec: Sequence[float], quat: Sequence[float]) -> list[float]:
           m[6] * vec[0] + m[7] * vec[1] + m[8] * vec[2]]
 
 
-def rot_vec_quat_direct(vec: Sequence[float], quat: Sequence[float]) -> list[float]:
-  """Rotates ``vec`` (3,) by ``quat`` (4,) without a matrix, v + 2 q x (w v + q x v), as
-  mjuu_rotVecQuat does (its rounding differs from ``rot_vec_quat``'s)."""
-  if not any(vec):
-    return [0.0, 0.0, 0.0]
-  if list(quat) == [1, 0, 0, 0]:
-    return list(vec)
-  w, x, y, z = quat
-  t = [w * vec[0] + y * vec[2] - z * vec[1],
-       w * vec[1] + z * vec[0] - x * vec[2],
-       w * vec[2] + x * vec[1] - y * vec[0]]
-  return [vec[0] + 2 * (y * t[2] - z * t[1]),
-          vec[1] + 2 * (z * t[0] - x * t[2]),
-          vec[2] + 2 * (x * t[1] - y * t[0])]
-
-
 def frame_accum(pos: Sequence[float], quat: Sequence[float], child_pos: Sequence[float],
                 child_quat: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
   """mjuu_frameaccum: the child frame (child_pos (3,), child_quat (4,)), given relative to the

@@ -750,5 +750,5 @@ def surface_velocity(surfacevel: np.ndarray, info: MeshInfo) -> np.ndarray:
                                       w0 * p[1] - w1 * p[0]])
   q = [float(x) for x in info.quat]
   inverse = [q[0], -q[1], -q[2], -q[3]]
-  return np.array(frames.rot_vec_quat_direct(linear, inverse)
-                  + frames.rot_vec_quat_direct(surfacevel[3:], inverse))
+  return np.array(frames.rot_vec_quat(linear, inverse)
+                  + frames.rot_vec_quat(surfacevel[3:], inverse))

@@ -1,0 +1,20 @@
+"""The small vector helpers of flexor.math that are not covered by a stage's conformance."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor import math
+
+
+def test_frame_dot_is_the_contraction_it_replaces_under_jit_and_vmap():
+  rng = np.random.default_rng(0)
+  frame = rng.standard_normal((5, 4, 2, 3))
+  vecs = rng.standard_normal((5, 4, 7, 3))
+  expected = np.einsum("bnij,bnvj->bniv", frame, vecs)
+  got = jax.jit(jax.vmap(math.frame_dot))(jnp.asarray(frame), jnp.asarray(vecs))
+  np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+  grad = jax.grad(lambda f: jnp.sum(math.frame_dot(f, jnp.asarray(vecs)) ** 2))(jnp.asarray(frame))
+  np.testing.assert_allclose(grad, 2 * np.einsum("bniv,bnvj->bnij", expected, vecs), rtol=1e-12)
