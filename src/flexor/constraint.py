@@ -124,6 +124,16 @@ def slot_bodies(m: Model, d: Data) -> tuple[np.ndarray | jax.Array, np.ndarray |
   return table[geom[:, 0]], table[geom[:, 1]]
 
 
+def body_slots(m: Model, d: Data, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Flat pairs (owner, slot) of the contact slots that can touch ``body[owner]`` (n,): with
+  static slots only those whose geom 1 or geom 2 belongs to the body, else every slot."""
+  body1, body2 = slot_bodies(m, d)
+  if isinstance(body1, np.ndarray):
+    return np.nonzero((body[:, None] == body1[None]) | (body[:, None] == body2[None]))
+  owner, slot = np.indices((len(body), m.nconmax))
+  return owner.ravel(), slot.ravel()
+
+
 def single_rows(m: Model, d: Data, rows: np.ndarray) -> jax.Array:
   """(len(rows),) bool: the contact row belongs to a slot whose contact has dim 1 though its
   slot has friction rows (adhesion in the gap, see ``flexor.collision``)."""

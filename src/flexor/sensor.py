@@ -417,11 +417,7 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
     return jnp.zeros((len(ids), 1), dtype=d.qvel.dtype)
   body1, body2 = constraint.slot_bodies(m, d)                            # (nconmax,)
   body = m.site_bodyid[site]
-  if isinstance(body1, np.ndarray):
-    # static slots: cast rays only from the slots whose geoms can belong to the site's body
-    sensor, slot = np.nonzero((body[:, None] == body1[None]) | (body[:, None] == body2[None]))
-  else:
-    sensor, slot = (k.ravel() for k in np.indices((len(ids), m.nconmax)))
+  sensor, slot = constraint.body_slots(m, d, body)  # rays only from slots the body can touch
   if not len(slot):
     return jnp.zeros((len(ids), 1), dtype=d.qvel.dtype)
   on1, on2 = body[sensor] == body1[slot], body[sensor] == body2[slot]

@@ -187,20 +187,17 @@ def _adhesion(m: Model, d: Data, body: np.ndarray) -> jax.Array:
   MuJoCo averages the edge rows, whose mean is that Jacobian)."""
   if not m.nconmax:
     return jnp.zeros((len(body), m.nv), d.qpos.dtype)
-  body1, body2 = constraint.slot_bodies(m, d)
-  if isinstance(body1, np.ndarray):
-    # static slots: only those whose geoms can belong to the bodies
-    slots = np.flatnonzero(np.isin(body1, body) | np.isin(body2, body))
-  else:
-    slots = np.arange(m.nconmax)
-  if not slots.size:
+  owner, slot = constraint.body_slots(m, d, body)
+  if not slot.size:
     return jnp.zeros((len(body), m.nv), d.qpos.dtype)
-  body1, body2, pos = body1[slots], body2[slots], d.contact_pos[slots]
-  normal = kinematics.normal_jac(m, d, pos, d.contact_frame[slots, 0], body1, body2)  # (nslot, nv)
-  touches = d.contact_exist[slots][None, :] & ((body1[None, :] == body[:, None])
-                                               | (body2[None, :] == body[:, None]))
-  count = jnp.sum(touches, axis=1)
-  return -(touches.astype(normal.dtype) @ normal) / jnp.maximum(count, 1)[:, None]
+  body1, body2 = (b[slot] for b in constraint.slot_bodies(m, d))
+  normal = kinematics.normal_jac(m, d, d.contact_pos[slot], d.contact_frame[slot, 0], body1,
+                                 body2)                                  # (npair, nv)
+  touches = d.contact_exist[slot] & ((body1 == body[owner]) | (body2 == body[owner]))
+  count = jax.ops.segment_sum(touches.astype(normal.dtype), owner, num_segments=len(body))
+  total = jax.ops.segment_sum(jnp.where(touches[:, None], normal, 0.0), owner,
+                              num_segments=len(body))
+  return -total / jnp.maximum(count, 1.0)[:, None]
 
 
 def _slider_crank(m: Model, d: Data, act: np.ndarray, gear: jax.Array):
