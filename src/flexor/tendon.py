@@ -298,20 +298,28 @@ def _inside_slope(A: jax.Array, B: jax.Array, phi: jax.Array) -> jax.Array:
                          + B / jnp.maximum(_MINVAL, jnp.sqrt(1 - z * z * B * B))) - 2
 
 
-def _newton_inside(A: jax.Array, B: jax.Array, G: jax.Array):
-  """wrap_inside's Newton iteration on phi from pi/2, (n,) each; returns (phi, converged).
+def _newton_inside(A: jax.Array, B: jax.Array, G: jax.Array, needed: jax.Array):
+  """wrap_inside's Newton iteration on phi from pi/2, (n,) each, where ``needed``; returns
+  (phi, converged).
 
   MuJoCo stops when |f| <= tolerance, gives up (keeping its default point) when f > 0 at the
   start, when the slope is not negative, when phi would increase, when f exceeds the tolerance
-  after a step, or when it ran out of iterations; the flags below replay exactly that.
+  after a step, or when it ran out of iterations; the flags below replay exactly that. The loop
+  ends as soon as no span iterates (under vmap: in no world), which is at once when no sidesite
+  is inside its geom; an iteration changes nothing of a span that has stopped, so the result is
+  that of all _INSIDE_MAXITER iterations. Not differentiable: the caller stops the gradient.
   """
   run, done, fail = 0, 1, 2
   phi = jnp.full_like(A, 0.5 * jnp.pi)
   f = jnp.arcsin(A) + jnp.arcsin(B) - jnp.pi + G
-  state = jnp.where(f > 0, fail, run)
+  state = jnp.where(needed & ~(f > 0), run, fail)
 
-  def step(carry, _):
-    phi, f, state = carry
+  def iterating(carry):
+    i, _, _, state = carry
+    return (i < _INSIDE_MAXITER) & jnp.any(state == run)
+
+  def step(carry):
+    i, phi, f, state = carry
     state = jnp.where((state == run) & ~(jnp.abs(f) > _INSIDE_TOL), done, state)
     active = state == run
     df = _inside_slope(A, B, phi)
@@ -322,15 +330,16 @@ def _newton_inside(A: jax.Array, B: jax.Array, G: jax.Array):
     f_new = _inside_angle(A, B, G, phi)
     f = jnp.where(moving, f_new, f)
     state = jnp.where(active & (~moving | (f_new > _INSIDE_TOL)), fail, state)
-    return (phi, f, state), None
+    return i + 1, phi, f, state
 
-  (phi, f, state), _ = jax.lax.scan(step, (phi, f, state), None, length=_INSIDE_MAXITER)
+  _, phi, f, state = jax.lax.while_loop(iterating, step, (0, phi, f, state))
   # converged at the check that would start iteration 20: MuJoCo counts that as a failure
   return phi, state == done
 
 
-def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array):
-  """Wrap of a 2D segment whose sidesite lies inside the geom (wrap_inside).
+def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array, inside: jax.Array):
+  """Wrap of a 2D segment whose sidesite lies inside the geom (wrap_inside), solved where
+  ``inside`` (n,) bool.
 
   The tendon is pulled onto the circle and touches it at one point, where its two straight
   pieces make equal angles with the radius. Returns the point (n, 2) (both tangent points) and
@@ -355,8 +364,8 @@ def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array):
   solve = ok & ~(cos_g > 1 - _MINVAL)
   G = jnp.arccos(jnp.where(solve, cos_g, 0.0))
 
-  phi, converged = _newton_inside(*(jax.lax.stop_gradient(x) for x in (A, B, G)))
-  converged = converged & solve
+  phi, converged = _newton_inside(*(jax.lax.stop_gradient(x) for x in (A, B, G)),
+                                  solve & inside)
   # Implicit derivative of the root: one Newton correction whose value is exactly zero.
   phi = jax.lax.stop_gradient(jnp.where(converged, phi, 0.25 * jnp.pi))
   f = _inside_angle(A, B, G, phi)
@@ -423,8 +432,8 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
   sd = _unit(jnp.stack([_dot(s, axis0), _dot(s, axis1)], -1)) * radius[:, None]
 
   wlen, c0, c1, ok = _wrap_circle(end0, end1, sd, has_side, radius)
-  q, ok_inside = _wrap_inside(end0, end1, radius)
   inside = has_side & (math.safe_norm(s) < radius)
+  q, ok_inside = _wrap_inside(end0, end1, radius, inside)
   wlen = jnp.where(inside, 0.0, wlen)
   q0 = jnp.where(inside[:, None], q, c0)
   q1 = jnp.where(inside[:, None], q, c1)
