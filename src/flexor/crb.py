@@ -43,9 +43,14 @@ def _tendon_term(m: Model, d: Data) -> jax.Array:
   Needs ten_J from the tendon stage.
   """
   armature = _tendon_armature(m)
-  term = jnp.where(m.dof_ancestor, (armature[:, None] * d.ten_J).T @ d.ten_J, 0.0)
-  # The lower triangle, mirrored, so that qM stays exactly symmetric.
-  return term + jnp.where(np.eye(m.nv, dtype=bool), 0.0, term).T
+
+  def term() -> jax.Array:
+    full = jnp.where(m.dof_ancestor, (armature[:, None] * d.ten_J).T @ d.ten_J, 0.0)
+    # The lower triangle, mirrored, so that qM stays exactly symmetric.
+    return full + jnp.where(np.eye(m.nv, dtype=bool), 0.0, full).T
+
+  # skipped (as in tendon_bias) where no tendon has armature, the common case
+  return jax.lax.cond(jnp.any(armature != 0), term, lambda: jnp.zeros_like(d.qM))
 
 
 def armature(m: Model, d: Data) -> jax.Array:
@@ -117,7 +122,9 @@ def tendon_bias(m: Model, d: Data) -> jax.Array:
   (mj_tendonBias, which MuJoCo adds to qfrc_bias and qfrc_inverse)."""
   if not m.ntendon:
     return jnp.zeros(m.nv, dtype=d.qvel.dtype)
-  return (_tendon_armature(m) * tendon_jdot(m, d)) @ d.ten_J
+  armature = _tendon_armature(m)
+  return jax.lax.cond(jnp.any(armature != 0), lambda: (armature * tendon_jdot(m, d)) @ d.ten_J,
+                      lambda: jnp.zeros(m.nv, dtype=d.qvel.dtype))
 
 
 def tendon_cfrc_ext(m: Model, d: Data) -> jax.Array:

@@ -127,6 +127,17 @@ def frame_dot(frame: jax.Array, vecs: jax.Array) -> jax.Array:
   return sum(frame[..., :, None, j] * vecs[..., None, :, j] for j in range(3))
 
 
+def mat_vec(mat: jax.Array, v: jax.Array) -> jax.Array:
+  """mat v for 3x3 matrices (..., 3, 3) and vectors (..., 3), as multiply-adds (see
+  ``frame_dot``)."""
+  return sum(mat[..., :, j] * v[..., None, j] for j in range(3))
+
+
+def mat_t_vec(mat: jax.Array, v: jax.Array) -> jax.Array:
+  """mat^T v for 3x3 matrices (..., 3, 3) and vectors (..., 3): v in the frame mat."""
+  return sum(mat[..., j, :] * v[..., None, j] for j in range(3))
+
+
 def motion_cross(v: jax.Array, m: jax.Array) -> jax.Array:
   """Spatial motion cross product v x m (mju_crossMotion), (..., 6)."""
   w, u = v[..., :3], v[..., 3:]

@@ -337,6 +337,24 @@ def _newton_inside(A: jax.Array, B: jax.Array, G: jax.Array, needed: jax.Array):
   return phi, state == done
 
 
+@jax.custom_jvp
+def _inside_root(phi: jax.Array, A: jax.Array, B: jax.Array, G: jax.Array) -> jax.Array:
+  """The root phi (n,) of ``_inside_angle`` for A, B, G (n,), passed through; its derivative
+  in A, B and G is the implicit function theorem's (phi's own tangent is ignored)."""
+  del A, B, G
+  return phi
+
+
+@_inside_root.defjvp
+def _inside_root_jvp(primals, tangents):
+  phi, A, B, G = primals
+  _, dA, dB, dG = tangents
+  z = jnp.sin(phi)
+  slope = _inside_slope(A, B, phi)
+  df = z * (dA / jnp.sqrt(1 - A * A * z * z) + dB / jnp.sqrt(1 - B * B * z * z)) + dG
+  return phi, -df / jnp.where(slope < 0, slope, -1.0)
+
+
 def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array, inside: jax.Array):
   """Wrap of a 2D segment whose sidesite lies inside the geom (wrap_inside), solved where
   ``inside`` (n,) bool.
@@ -366,11 +384,7 @@ def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array, inside: ja
 
   phi, converged = _newton_inside(*(jax.lax.stop_gradient(x) for x in (A, B, G)),
                                   solve & inside)
-  # Implicit derivative of the root: one Newton correction whose value is exactly zero.
-  phi = jax.lax.stop_gradient(jnp.where(converged, phi, 0.25 * jnp.pi))
-  f = _inside_angle(A, B, G, phi)
-  slope = jax.lax.stop_gradient(_inside_slope(A, B, phi))
-  phi = phi - (f - jax.lax.stop_gradient(f)) / jnp.where(slope < 0, slope, -1.0)
+  phi = _inside_root(jnp.where(converged, phi, 0.25 * jnp.pi), A, B, G)
 
   z = jnp.sin(phi)
   ccw = _cross2(end0, end1) > 0
@@ -416,8 +430,8 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
     wlen (n,) length on the geom, t0 and t1 (n, 3) world tangent points, wrapped (n,) bool
     (MuJoCo's wlen >= 0).
   """
-  p0 = jnp.einsum("nji,nj->ni", mat, x0 - pos)
-  p1 = jnp.einsum("nji,nj->ni", mat, x1 - pos)
+  p0 = math.mat_t_vec(mat, x0 - pos)
+  p1 = math.mat_t_vec(mat, x1 - pos)
   off_centre = (math.safe_norm(p0) >= _MINVAL) & (math.safe_norm(p1) >= _MINVAL)
   # the wrap plane: the cylinder's cross-section, or the plane of the sphere's centre and sites
   axis0 = jnp.zeros_like(p0).at[:, 0].set(1.0)
@@ -428,12 +442,17 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
     axis1 = jnp.where(cylinder[:, None], axis1, sphere1)
   end0 = jnp.stack([_dot(p0, axis0), _dot(p0, axis1)], -1)
   end1 = jnp.stack([_dot(p1, axis0), _dot(p1, axis1)], -1)
-  s = jnp.einsum("nji,nj->ni", mat, side - pos)
+  s = math.mat_t_vec(mat, side - pos)
   sd = _unit(jnp.stack([_dot(s, axis0), _dot(s, axis1)], -1)) * radius[:, None]
 
   wlen, c0, c1, ok = _wrap_circle(end0, end1, sd, has_side, radius)
   inside = has_side & (math.safe_norm(s) < radius)
-  q, ok_inside = _wrap_inside(end0, end1, radius, inside)
+  # only spans with a sidesite can wrap inside: where that is static, solve only those
+  sub = np.flatnonzero(has_side) if isinstance(has_side, np.ndarray) else np.arange(len(radius))
+  q, ok_inside = jnp.zeros_like(c0), jnp.zeros_like(ok)
+  if sub.size:
+    q_sub, ok_sub = _wrap_inside(end0[sub], end1[sub], radius[sub], inside[sub])
+    q, ok_inside = q.at[sub].set(q_sub), ok_inside.at[sub].set(ok_sub)
   wlen = jnp.where(inside, 0.0, wlen)
   q0 = jnp.where(inside[:, None], q, c0)
   q1 = jnp.where(inside[:, None], q, c1)
@@ -452,8 +471,8 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
     res0 = jnp.where(cylinder[:, None], res0.at[:, 2].set(z0), res0)
     res1 = jnp.where(cylinder[:, None], res1.at[:, 2].set(z1), res1)
     wlen = jnp.where(cylinder, math.safe_norm(jnp.stack([wlen, jnp.abs(z1 - z0)], -1)), wlen)
-  t0 = jnp.einsum("nij,nj->ni", mat, res0) + pos
-  t1 = jnp.einsum("nij,nj->ni", mat, res1) + pos
+  t0 = math.mat_vec(mat, res0) + pos
+  t1 = math.mat_vec(mat, res1) + pos
   return wlen, t0, t1, wrapped
 
 
@@ -478,8 +497,10 @@ def wrap_spans(m: Model, d: Data, path: Path, x0: jax.Array, x1: jax.Array):
     return jnp.zeros(nspan, dtype=x0.dtype), x0, x1, jnp.zeros(nspan, dtype=bool)
   g = path.span_geom[k]
   wrap = path.span_wrap[k]
-  sideid = jnp.round(m.wrap_prm[wrap]).astype(jnp.int32)
-  side = d.site_xpos[jnp.clip(sideid, 0, m.nsite - 1)]
+  prm = m.wrap_prm[wrap]
+  xp = np if isinstance(prm, np.ndarray) else jnp    # a static sidesite table, or a traced one
+  sideid = xp.round(prm).astype(np.int32)
+  side = d.site_xpos[xp.clip(sideid, 0, m.nsite - 1)]
   w, p0, p1, ok = _wrap(x0[k], x1[k], d.geom_xpos[g], d.geom_xmat[g], m.geom_size[g, 0], side,
                         sideid >= 0, m.wrap_type[wrap] == WrapType.CYLINDER)
   wlen = jnp.zeros(nspan, dtype=x0.dtype).at[k].set(w)
