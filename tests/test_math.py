@@ -18,3 +18,12 @@ def test_frame_dot_is_the_contraction_it_replaces_under_jit_and_vmap():
   np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
   grad = jax.grad(lambda f: jnp.sum(math.frame_dot(f, jnp.asarray(vecs)) ** 2))(jnp.asarray(frame))
   np.testing.assert_allclose(grad, 2 * np.einsum("bniv,bnvj->bnij", expected, vecs), rtol=1e-12)
+
+
+def test_mat_vec_and_its_transpose_under_vmap():
+  rng = np.random.default_rng(2)
+  mat, vec = rng.standard_normal((6, 3, 3)), rng.standard_normal((6, 3))
+  np.testing.assert_allclose(jax.vmap(math.mat_vec)(mat, vec), np.einsum("nij,nj->ni", mat, vec),
+                             rtol=1e-13)
+  np.testing.assert_allclose(jax.vmap(math.mat_t_vec)(mat, vec),
+                             np.einsum("nji,nj->ni", mat, vec), rtol=1e-13)
