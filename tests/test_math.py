@@ -20,6 +20,21 @@ def test_frame_dot_is_the_contraction_it_replaces_under_jit_and_vmap():
   np.testing.assert_allclose(grad, 2 * np.einsum("bniv,bnvj->bnij", expected, vecs), rtol=1e-12)
 
 
+def test_dot_and_safe_norm_sum_in_jnp_sum_order_for_every_length():
+  rng = np.random.default_rng(1)
+  for length in (1, 2, 3, 4, 6):
+    a = jnp.asarray(rng.standard_normal((3, 5, length)))
+    b = jnp.asarray(rng.standard_normal((3, 5, length)))
+    np.testing.assert_array_equal(jax.jit(math.dot)(a, b), jnp.sum(a * b, axis=-1))
+    np.testing.assert_array_equal(math.dot(a, b, keepdims=True), jnp.sum(a * b, -1, keepdims=True))
+    np.testing.assert_array_equal(jax.vmap(math.safe_norm)(a), jnp.sqrt(jnp.sum(a * a, axis=-1)))
+    np.testing.assert_array_equal(math.safe_norm(a, axis=1), jnp.sqrt(jnp.sum(a * a, axis=1)))
+
+
+def test_safe_norm_has_a_zero_gradient_at_zero():
+  np.testing.assert_array_equal(jax.grad(math.safe_norm)(jnp.zeros(3)), np.zeros(3))
+
+
 def test_mat_vec_and_its_transpose_under_vmap():
   rng = np.random.default_rng(2)
   mat, vec = rng.standard_normal((6, 3, 3)), rng.standard_normal((6, 3))
