@@ -165,31 +165,47 @@ def _hessian(rows: _Rows, p: _Problem, u: _Update) -> jax.Array:
 
 def _gradient(rows: _Rows, p: _Problem, qacc: jax.Array) -> jax.Array:
   """d cost / d qacc = M qacc - qfrc_smooth - J' efc_force (nv,)."""
-  u = _update(rows, p, p.J @ qacc - p.aref)
-  return p.M @ qacc - p.qfrc_smooth - p.J.T @ u.force
+  return _evaluate(rows, p, qacc, p.J @ qacc - p.aref).grad
 
 
 def _cost(rows: _Rows, p: _Problem, qacc: jax.Array) -> jax.Array:
+  return _evaluate(rows, p, qacc, p.J @ qacc - p.aref).cost
+
+
+class _Point(NamedTuple):
+  """An iterate of the solver and what the next step needs of it."""
+
+  qacc: jax.Array   # (nv,)
+  jar: jax.Array    # (njmax,) J qacc - aref
+  u: _Update
+  grad: jax.Array   # (nv,) d cost / d qacc
+  cost: jax.Array   # ()
+
+
+def _evaluate(rows: _Rows, p: _Problem, qacc: jax.Array, jar: jax.Array) -> _Point:
+  """The cost, its gradient and the rows' update at qacc, given jar = J qacc - aref."""
+  u = _update(rows, p, jar)
   dq = qacc - p.qacc_smooth
-  return 0.5 * dq @ p.M @ dq + _update(rows, p, p.J @ qacc - p.aref).cost
+  grad = p.M @ qacc - p.qfrc_smooth - p.J.T @ u.force
+  return _Point(qacc, jar, u, grad, 0.5 * dq @ p.M @ dq + u.cost)
 
 
-def _line_search(rows: _Rows, p: _Problem, qacc: jax.Array, search: jax.Array,
+def _line_search(rows: _Rows, p: _Problem, x: _Point, search: jax.Array, jv: jax.Array,
                  ls_iterations: int) -> jax.Array:
-  """The step alpha >= 0 minimising cost(qacc + alpha search): safeguarded Newton on the
-  derivative of the convex 1-D cost, keeping a bracket of the minimum."""
-  jar0, jv = p.J @ qacc - p.aref, p.J @ search
-  lin = search @ (p.M @ (qacc - p.qacc_smooth))
+  """The step alpha >= 0 minimising cost(qacc + alpha search), given jv = J search:
+  safeguarded Newton on the derivative of the convex 1-D cost, keeping a bracket of the
+  minimum."""
+  lin = search @ (p.M @ (x.qacc - p.qacc_smooth))
   quad = search @ (p.M @ search)
   jv_cone = jv[rows.cone] * rows.cone_mask
 
   def derivs(alpha):
-    u = _update(rows, p, jar0 + alpha * jv)
+    u = _update(rows, p, x.jar + alpha * jv)
     d1 = lin + alpha * quad - jv @ u.force
     d2 = quad + jnp.sum(u.hdiag * jv * jv) + jnp.einsum("ci,cij,cj->", jv_cone, u.hcone, jv_cone)
     return d1, d2
 
-  zero = jnp.zeros((), qacc.dtype)
+  zero = jnp.zeros((), x.qacc.dtype)
   g0, h0 = derivs(zero)
   gtol = 1e-12 * jnp.abs(g0)
 
@@ -208,34 +224,36 @@ def _line_search(rows: _Rows, p: _Problem, qacc: jax.Array, search: jax.Array,
     hi = jnp.where(g_new >= 0, trial, hi)
     return it + 1, trial, g_new, h_new, lo, hi
 
-  state = (0, zero, g0, h0, zero, jnp.full((), jnp.inf, qacc.dtype))
+  state = (0, zero, g0, h0, zero, jnp.full((), jnp.inf, x.qacc.dtype))
   return jax.lax.while_loop(cond, body, state)[1]
 
 
 def _newton(rows: _Rows, p: _Problem, qacc0: jax.Array, tolerance: jax.Array,
             scale: jax.Array, iterations: int, ls_iterations: int) -> jax.Array:
-  """Newton's method from qacc0, stopping as MuJoCo on a small scaled improvement or gradient."""
+  """Newton's method from qacc0, stopping as MuJoCo on a small scaled improvement or gradient.
+
+  An iterate carries J qacc - aref, moved along J search as MuJoCo's solver moves it, so that a
+  step reads the (njmax, nv) Jacobian four times (Hessian, J search, J' force): on a GPU,
+  where a batch of Jacobians lives in memory, those reads are the step's cost."""
 
   def cond(state):
-    it, _, _, done = state
+    it, _, done = state
     return (it < iterations) & ~done
 
   def body(state):
-    it, qacc, cost, _ = state
-    u = _update(rows, p, p.J @ qacc - p.aref)
-    grad = p.M @ qacc - p.qfrc_smooth - p.J.T @ u.force
-    factor = jax.scipy.linalg.cho_factor(_hessian(rows, p, u), lower=True)
-    search = -jax.scipy.linalg.cho_solve(factor, grad)
-    alpha = _line_search(rows, p, qacc, search, ls_iterations)
-    new = qacc + alpha * search
-    new_cost = _cost(rows, p, new)
-    new_grad = _gradient(rows, p, new)
-    done = ((scale * (cost - new_cost) < tolerance)
-            | (scale * jnp.linalg.norm(new_grad) < tolerance) | (alpha == 0))
-    return it + 1, new, new_cost, done
+    it, x, _ = state
+    factor = jax.scipy.linalg.cho_factor(_hessian(rows, p, x.u), lower=True)
+    search = -jax.scipy.linalg.cho_solve(factor, x.grad)
+    jv = p.J @ search
+    alpha = _line_search(rows, p, x, search, jv, ls_iterations)
+    new = _evaluate(rows, p, x.qacc + alpha * search, x.jar + alpha * jv)
+    done = ((scale * (x.cost - new.cost) < tolerance)
+            | (scale * jnp.linalg.norm(new.grad) < tolerance) | (alpha == 0))
+    return it + 1, new, done
 
-  done0 = scale * jnp.linalg.norm(_gradient(rows, p, qacc0)) < tolerance
-  return jax.lax.while_loop(cond, body, (0, qacc0, _cost(rows, p, qacc0), done0))[1]
+  x0 = _evaluate(rows, p, qacc0, p.J @ qacc0 - p.aref)
+  done0 = scale * jnp.linalg.norm(x0.grad) < tolerance
+  return jax.lax.while_loop(cond, body, (0, x0, done0))[1].qacc
 
 
 class _Config:
