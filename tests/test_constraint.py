@@ -90,6 +90,10 @@ EQUALITY_XML = """
         <site name="sg2" pos="0 0.1 -0.2"/>
       </body>
     </body>
+    <body name="s" pos="0 -0.5 1">
+      <joint name="sx" type="slide" axis="1 0 0"/>
+      <geom type="box" size="0.05 0.05 0.05"/>
+    </body>
   </worldbody>
   <tendon>
     <spatial name="t1"><site site="sg"/><site site="sg2"/></spatial>
@@ -100,6 +104,8 @@ EQUALITY_XML = """
     <weld body1="g2" body2="f2" relpose="0.1 0 0 0.9 0.1 0 0.2" anchor="0.02 0 0.01"
           torquescale="2" solimp="0.8 0.95 0.002 0.4 3"/>
     <weld site1="sf2" site2="w" torquescale="0.5"/>
+    <weld body1="a" body2="f" anchor="0.03 0.01 0.02"/>
+    <connect body1="s" anchor="0.01 0 0"/>
     <connect site1="sf" site2="sg2"/>
     <joint joint1="h2" joint2="h3" polycoef="0.1 0.5 0.2 -0.3 0.1"/>
     <joint joint1="h1" polycoef="0.1 0 0 0 0" active="false"/>
@@ -250,3 +256,26 @@ def test_float32_step_computes_in_float32(name):
   m = flexor.load_mjcf_string(MODELS[name], dtype=jnp.float32)
   jaxpr = jax.make_jaxpr(flexor.step)(m, flexor.make_data(m)).jaxpr
   assert not float64_values(jaxpr)
+
+
+def test_a_model_without_dofs_collides_but_makes_no_rows():
+  """nv = 0: MuJoCo finds the contact of two fixed spheres but instantiates no constraint row
+  (nor tendon friction or limit rows); flexor loads, steps and agrees."""
+  xml = """
+  <mujoco>
+    <worldbody>
+      <body><geom name="1" size="1"/></body>
+      <body><geom name="2" size="1" pos="1.5 0 0"/></body>
+      <site name="a"/><site name="b" pos="1 0 0"/>
+    </worldbody>
+    <contact><pair geom1="1" geom2="2"/></contact>
+    <tendon>
+      <spatial frictionloss="1" limited="true" range="0 0.5"><site site="a"/><site site="b"/></spatial>
+    </tendon>
+  </mujoco>"""
+  mj, m = mujoco.MjModel.from_xml_string(xml), flexor.load_mjcf_string(xml)
+  md = mujoco.MjData(mj)
+  mujoco.mj_forward(mj, md)
+  d = jax.jit(flexor.step)(m, flexor.make_data(m))
+  assert (mj.nv, md.ncon, md.nefc) == (0, 1, 0)
+  assert (int(d.ncon), int(d.nefc)) == (md.ncon, md.nefc)

@@ -447,9 +447,18 @@ def _impedance_rows(m: Model, d: Data, pos: jax.Array, margin: jax.Array, diag: 
 
 
 def _nonempty(m: Model, J: jax.Array) -> jax.Array:
-  """False for non-contact rows whose Jacobian is all zero (MuJoCo skips them)."""
+  """False for the rows of a non-contact constraint whose Jacobian rows are all zero: MuJoCo
+  skips such a constraint whole, and keeps every row of one (say a connect's y and z rows on a
+  body that only slides in x) with any nonzero entry."""
   contact = m.efc_rowtype >= ConstraintType.CONTACT_FRICTIONLESS
-  return jnp.asarray(contact) | jnp.any(J != 0, axis=-1)
+  if not len(contact):
+    return jnp.asarray(contact)
+  # a constraint is a (type, id) block of rows
+  _, block = np.unique(np.stack([m.efc_rowtype, m.efc_rowid], -1), axis=0, return_inverse=True)
+  block = block.reshape(-1)
+  row_nonzero = jnp.any(J != 0, axis=-1)
+  block_nonzero = jax.ops.segment_max(row_nonzero, block, num_segments=int(block.max()) + 1)
+  return jnp.asarray(contact) | block_nonzero[block]
 
 
 def make_constraint(m: Model, d: Data) -> Data:
@@ -466,7 +475,7 @@ def make_constraint(m: Model, d: Data) -> Data:
     solimp = jnp.tile(jnp.array([0.9, 0.95, 0.001, 0.5, 2.0], dtype), (n, 1))
     for build, kinds in _GROUPS:
       rows = rows_of(m, *kinds)
-      if not len(rows):
+      if not len(rows) or not m.nv:  # MuJoCo makes no rows without dofs, contacts included
         continue
       jac, p, mg, fl, act, ref, imp, dg = build(m, d, rows)
       J, pos, margin = J.at[rows].set(jac), pos.at[rows].set(p), margin.at[rows].set(mg)

@@ -63,8 +63,10 @@ def compile_equality(source: Source, defaults: Defaults, names: dict[str, Names]
           else:
             relpose = r.floats("relpose", 7, (0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0))
             if np.all(relpose[3:] == 0):
-              # relpose unset: the pose of body2 in body1's frame at qpos0 (flagged in data[11])
-              data[3:6] = _to_local(xpos[obj2], xpos[obj1], xquat[obj1])
+              # relpose unset: the anchor (in body2's frame) and body2's orientation in body1's
+              # frame at qpos0 (flagged in data[11])
+              world = frames.frame_accum(xpos[obj2], xquat[obj2], data[:3], [1.0, 0, 0, 0])[0]
+              data[3:6] = _to_local(world, xpos[obj1], xquat[obj1])
               data[6:10] = frames.mulquat(_conj(xquat[obj1]), xquat[obj2])
               data[11] = 1.0
             else:
