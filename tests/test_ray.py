@@ -245,3 +245,25 @@ def test_camera_rangefinders_match_mujoco():
   f32 = flexor.load_mjcf_string(_CAMERAS, dtype=jnp.float32)  # stays float32 throughout
   jaxpr = jax.make_jaxpr(flexor.forward)(f32, flexor.make_data(f32)).jaxpr
   assert not support.float64_values(jaxpr)
+
+
+def test_rangefinder_in_a_model_without_geoms_sees_nothing():
+  """A model with no geom at all: mj_ray misses (-1, -1, zeros), and so does the sensor."""
+  xml = """
+  <mujoco>
+    <worldbody>
+      <body pos="1 0 0">
+        <joint axis="0 1 0"/>
+        <inertial pos="0 0 1" mass="1" diaginertia="0.01 0.01 0.01"/>
+        <site name="rf" pos="0 0 1" zaxis="-1 0.1 0"/>
+      </body>
+    </worldbody>
+    <sensor><rangefinder site="rf" data="dist normal"/></sensor>
+  </mujoco>"""
+  mj, fm = mujoco.MjModel.from_xml_string(xml), flexor.load_mjcf_string(xml)
+  md = mujoco.MjData(mj)
+  mujoco.mj_forward(mj, md)
+  d = jax.jit(flexor.forward)(fm, flexor.make_data(fm))
+  np.testing.assert_array_equal(d.sensordata, md.sensordata)
+  dist, geomid, normal = ray.ray(fm, d, jnp.zeros(3), jnp.array([1.0, 0, 0]))
+  assert float(dist) == -1 and int(geomid) == -1 and not np.any(normal)

@@ -315,6 +315,9 @@ def rays(m: Model, d: Data, pnt: jax.Array, vec: jax.Array, bodyexclude: np.ndar
   """
   n = pnt.shape[0]
   geoms = _candidates(m, geomgroup, flg_static)
+  if not m.ngeom:
+    return (jnp.full(n, -1.0, pnt.dtype), jnp.full(n, -1),
+            jnp.zeros((n, 3), pnt.dtype))
   x = jnp.full((n, m.ngeom), -1.0, pnt.dtype)
   normal = jnp.zeros((n, m.ngeom, 3), pnt.dtype)
   over_rays = lambda f, *extra: jax.vmap(jax.vmap(f, (0, 0, 0, None, None) + (0,) * len(extra)),
