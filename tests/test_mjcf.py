@@ -162,3 +162,21 @@ def test_compile_records_springdamper_and_lengthrange_options():
   assert pending["lengthrange"]["mode"] == 3 and not pending["lengthrange"]["useexisting"]
   assert pending["lengthrange"]["tolrange"] == 0.1 and "accel" not in pending["lengthrange"]
   assert model.njnt == 2
+
+
+@pytest.mark.parametrize("key", [
+    '<key qpos="0.3" qvel="2" ctrl="5"/>', '<key qpos="0.3 0.1 0.9 0.2"/>', '<key qpos=""/>',
+    '<key mpos="5 6 7"/>', '<key mpos="5 6 7 8" mquat="0 0 1 0 2"/>', '<key mquat="0 0"/>'])
+def test_short_keyframes_are_filled_as_mujoco_fills_them(key: str):
+  """MuJoCo 4.0 fills a short keyframe list from qpos0, zeros, or the mocap bodies' poses (whole
+  bodies only); quaternions are normalized after."""
+  xml = f"""<mujoco><worldbody>
+    <body pos="0 0 1"><joint name="a" type="slide" ref="0.5"/><joint type="hinge" ref="10"/>
+      <joint type="ball"/><geom size="0.1"/></body>
+    <body mocap="true" pos="1 2 3" quat="0 1 0 0"/><body mocap="true" pos="4 5 6"/>
+  </worldbody><actuator><motor joint="a"/><motor joint="a"/></actuator>
+  <keyframe>{key}</keyframe></mujoco>"""
+  ours, ref = flexor.load_mjcf_string(xml), mujoco.MjModel.from_xml_string(xml)
+  for field in ("key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat"):
+    np.testing.assert_array_equal(np.asarray(getattr(ours, field)).ravel(),
+                                  getattr(ref, field).ravel(), err_msg=field)

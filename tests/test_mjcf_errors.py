@@ -130,8 +130,12 @@ _CASES = [
     ("mocap_with_joint", "<mujoco>\n<worldbody>\n<body mocap='true'>\n<joint/>\n<geom size='1'/>"
      "\n</body>\n</worldbody>\n</mujoco>", 3, "body", "mocap", "mocap"),
     ("massless_moving_body", _body("<joint/><site/>"), 3, "body", None, "mass"),
+    ("ball_then_hinge", _body("<joint type='ball'/><joint type='slide'/><joint/><geom size='1'/>"),
+     4, "joint", "type", "cannot follow a ball joint"),
+    ("seven_dofs", _body("<joint type='ball'/>" + "<joint type='slide'/>" * 4 + "<geom size='1'/>"),
+     4, "joint", None, "more than 6 dofs"),
     ("key_size", _body(_GOOD_BODY) [:-9] + "\n<keyframe>\n<key qpos='1 2'/>\n</keyframe>\n"
-     "</mujoco>", 9, "key", "qpos", "expected 1 numbers"),
+     "</mujoco>", 9, "key", "qpos", "expected at most 1 numbers"),
     ("range_order", _body("<joint limited='true' range='1 -1'/><geom size='1'/>"), 4, "joint",
      "range", "smaller"),
     ("no_autolimits", _body("<joint range='-1 1'/><geom size='1'/>",

@@ -32,7 +32,7 @@ import numpy as np
 from flexor import integrate, kinematics, math
 from flexor.crb import dof_armature, solve_m
 from flexor.forward import fwd_position
-from flexor.types import (BiasType, Data, DisableBit, GainType, IntegratorType, JointType,
+from flexor.types import (JNT_NV, BiasType, Data, DisableBit, GainType, IntegratorType, JointType,
                           Model, TrnType, make_data)
 
 
@@ -194,7 +194,7 @@ def _springdamper(m: Model, springdamper: np.ndarray, invweight: jax.Array):
   """(jnt_stiffness, dof_damping) with springdamper joints set from (timeconst, dampratio)."""
   stiffness, damping = m.jnt_stiffness, m.dof_damping
   for j in np.flatnonzero((springdamper[:, 0] > 0) & (springdamper[:, 1] > 0)):
-    n = {JointType.FREE: 6, JointType.BALL: 3}.get(int(m.jnt_type[j]), 1)
+    n = JNT_NV[m.jnt_type[j]]
     dofs = slice(m.jnt_dofadr[j], m.jnt_dofadr[j] + n)
     inertia = n / jnp.maximum(math.MINVAL, jnp.sum(invweight[dofs]))
     timeconst, ratio = springdamper[j]

@@ -31,7 +31,7 @@ from flexor.mjcf.compile_tendon import compile_tendons
 from flexor.mjcf.defaults import ACTUATOR_TAGS, Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import Names, Reader, max_geom_pairs, size_nconmax
-from flexor.types import DisableBit, EnableBit, GeomType, JointType, Model
+from flexor.types import JNT_NQ, DisableBit, EnableBit, GeomType, JointType, Model
 
 _INTEGRATORS = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
 _CONES = {"pyramidal": 0, "elliptic": 1}
@@ -343,7 +343,7 @@ def _normalize_quats(qpos: np.ndarray, jnt_type: np.ndarray) -> None:
       qpos[adr + 3:adr + 7] /= np.linalg.norm(qpos[adr + 3:adr + 7])
     elif t == JointType.BALL:
       qpos[adr:adr + 4] /= np.linalg.norm(qpos[adr:adr + 4])
-    adr += {JointType.FREE: 7, JointType.BALL: 4}.get(int(t), 1)
+    adr += JNT_NQ[t]
 
 
 def _refuse_flex(source: Source) -> None:
@@ -370,14 +370,21 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int) -> dict
                       "plastic")
       names.append(element.get("name", ""))
       keys["time"].append(r.float("time", 0.0))
-      for name, n, default in (("qpos", nq, fields["qpos0"]), ("qvel", nv, np.zeros(nv)),
-                               ("act", na, np.zeros(na)), ("ctrl", nu, np.zeros(nu)),
-                               ("mpos", 3 * nmocap, fields["body_pos"][mocap].ravel()),
-                               ("mquat", 4 * nmocap, fields["body_quat"][mocap].ravel())):
-        value = r.floats(name) if r.has(name) else None
-        if value is not None and len(value) != n:
-          raise r.error(f"expected {n} numbers (the model's size), got {len(value)}", name)
-        keys[name].append(np.array(default, dtype=np.float64) if value is None else value)
+      # MuJoCo 4.0 fills a short list from the default: value by value, and for mpos and mquat
+      # mocap body by mocap body (a partial body's numbers are dropped)
+      for name, n, unit, default in (
+          ("qpos", nq, 1, fields["qpos0"]), ("qvel", nv, 1, np.zeros(nv)),
+          ("act", na, 1, np.zeros(na)), ("ctrl", nu, 1, np.zeros(nu)),
+          ("mpos", 3 * nmocap, 3, fields["body_pos"][mocap].ravel()),
+          ("mquat", 4 * nmocap, 4, fields["body_quat"][mocap].ravel())):
+        key = np.array(default, dtype=np.float64)
+        value = r.floats(name, at_least=0) if r.has(name) else np.zeros(0)
+        if len(value) > n:
+          raise r.error(f"expected at most {n} numbers (the model's size), got {len(value)}",
+                        name)
+        given = len(value) // unit * unit
+        key[:given] = value[:given]
+        keys[name].append(key)
   nkey = max([len(names)] + [_bare(source, e).int("nkey", 0) for e in source.sections("size")])
   for _ in range(nkey - len(names)):
     names.append("")

@@ -21,7 +21,7 @@ from flexor.mjcf.added_mass import FLUID_COEF, geom_fluid
 from flexor.mjcf.defaults import Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import LIMITED, Reader
-from flexor.types import GeomType, JointType
+from flexor.types import JNT_NV, GeomType, JointType
 
 _ORIENTATIONS = ("quat", "axisangle", "euler", "xyaxes", "zaxis")
 _JOINT_TYPES = {"free": JointType.FREE, "ball": JointType.BALL, "slide": JointType.SLIDE,
@@ -203,6 +203,8 @@ class TreeCompiler:
         frame = etree.Element("frame", pos=" ".join(repr(float(x)) for x in pos),
                               quat=" ".join(repr(float(x)) for x in quat))
         frame.sourceline = element.sourceline
+        if element.get("childclass") is not None:
+          frame.set("childclass", element.get("childclass"))
         suffix = f"{sep}{i:0{len(str(count))}d}"
         for child in element:
           child_copy = copy.deepcopy(child)
@@ -218,15 +220,24 @@ class TreeCompiler:
   def _body_contents(self, bodyid: int, items) -> None:
     """Joints, geoms, sites and inertia of body ``bodyid``, then its child bodies in order."""
     joints = [e for e, _ in items if e.tag in ("joint", "freejoint")]
-    free = [e for e in joints if e.tag == "freejoint"
-            or self.reader(e, "joint").keyword("type", _JOINT_TYPES, JointType.HINGE)
-            == JointType.FREE]
+    types = [JointType.FREE if e.tag == "freejoint"
+             else self.reader(e, "joint").keyword("type", _JOINT_TYPES, JointType.HINGE)
+             for e in joints]
+    free = [e for e, t in zip(joints, types) if t == JointType.FREE]
+    balls = [i for i, t in enumerate(types) if t == JointType.BALL]
+    rotation = [e for e, t in zip(joints[balls[0] + 1:], types[balls[0] + 1:])
+                if t in (JointType.BALL, JointType.HINGE)] if balls else []
     if free and len(joints) > 1:
       raise self.source.error(free[0], "a free joint must be the only joint of its body")
     if free and self.tree.body["parentid"][bodyid] != 0:
       raise self.source.error(free[0], "a free joint can only be used in a body that is a child "
                               "of the world body (<worldbody>); use a ball joint and slide "
                               "joints below another body")
+    if rotation:  # MuJoCo: "ball followed by rotation"
+      raise self.source.error(rotation[0], "a hinge or ball joint cannot follow a ball joint in "
+                              "the same body", "type")
+    if sum(JNT_NV[t] for t in types) > 6:
+      raise self.source.error(joints[-1], "more than 6 dofs in one body")
     for element, frame in items:
       if element.tag in ("joint", "freejoint"):
         self._joint(bodyid, element, frame)

@@ -339,7 +339,9 @@ DEFAULT = MUJOCO.children["default"]
 MUJOCO.children["option"].children["flag"].attributes |= {"passive"}
 
 _FRAME = Element("frame", "*", BODY.attributes)
-_REPLICATE = Element("replicate", "*", frozenset({"count", "offset", "euler", "sep"}))
+# MuJoCo 4.0 accepts a prefix on <replicate> and ignores it
+_REPLICATE = Element("replicate", "*",
+                     frozenset({"count", "offset", "euler", "sep", "childclass", "prefix"}))
 _WORLDBODY = Element("worldbody", "*", frozenset())
 del MUJOCO.children["body"]
 MUJOCO.children["worldbody"] = _WORLDBODY

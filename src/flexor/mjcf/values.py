@@ -73,7 +73,7 @@ class Reader:
                                 name)
       if n is not None and not at_most and len(numbers) != n:
         raise self.source.error(giver, f"expected {n} numbers, got {len(numbers)}", name)
-      if n is None and not numbers:
+      if n is None and len(numbers) < at_least:
         raise self.source.error(giver, "expected at least one number", name)
       out = numbers + out[len(numbers):] if at_most else numbers
     return np.array(out, dtype=np.float64)
