@@ -48,7 +48,9 @@ def parse_args(argv: list[str] | None, doc: str | None = None, models: tuple[str
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--quick", action="store_true",
                       help="batch 64 only, 50 steps, one timed run")
+  parser.add_argument("--no-flexor", action="store_true", help="skip flexor")
   parser.add_argument("--no-mjx", action="store_true", help="skip MJX (slow to compile)")
+  parser.add_argument("--no-c", action="store_true", help="skip MuJoCo C (loop and rollout)")
   parser.add_argument("--no-c-loop", action="store_true",
                       help="skip MuJoCo C's one-thread Python loop (slow at large batches); "
                            "its threaded rollout still runs")
@@ -128,6 +130,7 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
   t0 = time.perf_counter()
   single = jax.jit(run).lower(m, d1).compile()
   result: dict[str, Any] = {"compile": time.perf_counter() - t0}
+  print(f"    compiled in {result['compile']:.1f} s", flush=True)
   final = jax.block_until_ready(single(m, d1))
   result["finite"] = bool(np.all(np.isfinite(np.asarray(final.qpos))))
   result["step"] = best(lambda: jax.block_until_ready(single(m, d1)), repeat) / steps
@@ -137,6 +140,7 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
     final = jax.block_until_ready(batched(m, db))
     result["finite"] &= bool(np.all(np.isfinite(np.asarray(final.qpos))))
     result[b] = b * steps / best(lambda: jax.block_until_ready(batched(m, db)), repeat)
+    print(f"    B={b}: {result[b]:,.0f} env-steps/s", flush=True)
   return result
 
 
@@ -285,8 +289,10 @@ def measure_model(name: str, mj: Any, init: dict[str, np.ndarray], args: argpars
                   batches: list[int]) -> list[tuple[str, str, dict[str, Any]]]:
   """Table rows of flexor, MJX (unless ``args.no_mjx``) and MuJoCo C on one model, measured
   from the same initial Data fields ``init`` (arrays with a leading batch dimension)."""
-  engines: list[tuple[str, Callable[[], Any]]] = [
-      ("flexor", lambda: run_flexor(mj, init, args.dtype, args.steps, batches, args.repeat))]
+  engines: list[tuple[str, Callable[[], Any]]] = []
+  if not args.no_flexor:
+    engines.append(
+        ("flexor", lambda: run_flexor(mj, init, args.dtype, args.steps, batches, args.repeat)))
   if not args.no_mjx:
     engines.append(("MJX", lambda: run_mjx(mj, init, args.dtype, args.steps, batches, args.repeat)))
   rows = []
@@ -297,6 +303,8 @@ def measure_model(name: str, mj: Any, init: dict[str, np.ndarray], args: argpars
           + ", ".join(f"{k} {_fmt(v, 'rate' if isinstance(k, int) else 's')}"
                       for k, v in rows[-1][2].items() if k in batches or k == "compile"),
           flush=True)
+  if args.no_c:
+    return rows
   t0 = time.perf_counter()
   loop, rolled = run_mujoco(mj, init, args.steps, batches, args.repeat, not args.no_c_loop)
   if loop is not None:
@@ -316,6 +324,8 @@ def print_tables(rows: list[tuple[str, str, dict[str, Any]]], batches: list[int]
     table.append([name, label, _fmt(r["compile"], "s"), _fmt(r["step"], "us")]
                  + [_fmt(r[b], "rate") for b in batches])
   _print_markdown(table)
+  if not any(engine == "flexor" for _, engine, _ in rows):
+    return
 
   print("\nflexor relative to each engine (speed ratios: >1 means flexor is faster; "
         "compile: other's compile time / flexor's)")
