@@ -287,8 +287,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure_model(name: str, mj: Any, init: dict[str, np.ndarray], args: argparse.Namespace,
                   batches: list[int]) -> list[tuple[str, str, dict[str, Any]]]:
-  """Table rows of flexor, MJX (unless ``args.no_mjx``) and MuJoCo C on one model, measured
-  from the same initial Data fields ``init`` (arrays with a leading batch dimension)."""
+  """Table rows of flexor, MJX and MuJoCo C (less those ``args.no_flexor``, ``no_mjx`` and
+  ``no_c`` leave out) on one model, measured from the same initial Data fields ``init`` (arrays
+  with a leading batch dimension)."""
   engines: list[tuple[str, Callable[[], Any]]] = []
   if not args.no_flexor:
     engines.append(
