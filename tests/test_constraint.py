@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import flexor
+from flexor import solver
 from flexor.types import ConstraintType
 
 from support import float64_values, relerr
@@ -311,3 +312,32 @@ def test_float32_solve_reaches_the_float64_solution():
   scale = np.max(np.abs(np.asarray(d64.qacc_smooth)))
   err = np.max(np.abs(np.asarray(d32.qacc, np.float64) - np.asarray(d64.qacc)))
   assert err < 1e-4 * scale   # 1.0e-5 measured
+
+
+def test_solver_on_active_rows_matches_all_rows(monkeypatch):
+  """The Newton iterations carry the active rows gathered into a fixed number of slots, and a
+  world whose active rows do not fit is solved again on all rows. A batch of two piles, one
+  resting (36 active rows of 76) and one with its bodies lifted apart (none), is solved with
+  the rows gathered into 40 slots (both fit), 16 (the resting pile overflows under vmap, the
+  lifted one does not), and on all rows (None): the solutions agree to rounding."""
+  m = flexor.load_mjcf_string(PILE_XML, dtype=jnp.float64)
+  d = flexor.make_data(m)
+  d = jax.jit(lambda d: jax.lax.fori_loop(0, 40, lambda _, d: flexor.step(m, d), d))(d)
+  lifted = d.qpos.at[jnp.array([2, 9, 16])].add(jnp.array([1.0, 2.0, 3.0]))
+  batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), d)
+  batch = jax.jit(jax.vmap(lambda d: flexor.forward(m, d)))(
+      batch.replace(qpos=jnp.stack([d.qpos, lifted])))
+  assert [int(n) for n in batch.nefc] == [36, 0]
+
+  def solve(capacity):
+    monkeypatch.setattr(solver, "_capacity", lambda rows: capacity)
+    return jax.jit(jax.vmap(lambda d: solver.solve(m, d)))(batch)
+
+  want = solve(None)
+  scale = np.max(np.abs(np.asarray(want.qacc_smooth)))
+  force_scale = np.max(np.abs(np.asarray(want.efc_force)))
+  for capacity in (40, 16):
+    got = solve(capacity)
+    np.testing.assert_allclose(got.qacc, want.qacc, rtol=0, atol=1e-10 * scale)
+    np.testing.assert_allclose(got.efc_force, want.efc_force, rtol=0, atol=1e-10 * force_scale)
+    np.testing.assert_array_equal(got.efc_state, want.efc_state)

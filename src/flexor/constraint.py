@@ -152,23 +152,10 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   slot, sub = m.efc_rowid[rows], m.efc_rowsub[rows]
   kind = m.efc_rowtype[rows]
   body1, body2 = slot_bodies(m, d)
-  used = np.unique(slot)
   pyramid = kind == ConstraintType.CONTACT_PYRAMIDAL
   elliptic = kind == ConstraintType.CONTACT_ELLIPTIC
   edge = np.where(pyramid, sub // 2, 0)
   sign = np.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0), 0.0).astype(d.qpos.dtype)
-  pos = d.contact_pos[used]
-  jacp1, jacr1 = kinematics.jac(m, d, pos, body1[used])
-  jacp2, jacr2 = kinematics.jac(m, d, pos, body2[used])
-  frame = d.contact_frame[used]                                    # (n, 3, 3)
-  jac_frame = math.frame_dot(frame, jacp2 - jacp1)                 # (n, 3, nv)
-  if np.any(edge >= 2) or np.any(elliptic & (sub >= 3)):
-    # torsional and rolling friction (condim 4 and 6) use the rotational components
-    jac_frame = jnp.concatenate([jac_frame, math.frame_dot(frame, jacr2 - jacr1)], axis=1)
-  # the rows as one gather from the flattened (n * k, nv) components
-  k = jac_frame.shape[1]
-  jac_frame = jac_frame.reshape(-1, m.nv)
-  local = k * np.searchsorted(used, slot)
   friction = d.contact_friction[slot, edge]
   active = d.contact_exist[slot] & (d.contact_dist[slot] < d.contact_includemargin[slot])
   if m.flg_adhesion:
@@ -177,8 +164,19 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
     friction = jnp.where(single, 0.0, friction)
     active = ((d.contact_exist[slot] & (d.contact_adhesion[slot] != 0)) | active) & (
         ~single | (sub == 0))
-  jac = (jac_frame[local + np.where(elliptic, sub, 0)]
-         + (sign * friction)[:, None] * jac_frame[local + edge + 1])
+  # each row's direction in the contact frame's six components (translational x, y, z, then
+  # rotational): an elliptic row's own component, a pyramid edge the normal +- mu_k times
+  # friction component k + 1
+  first = np.where(elliptic, sub, 0)
+  second = edge + 1
+  coef = (np.arange(6) == first[:, None]) + (sign * friction)[:, None] * (
+      np.arange(6) == second[:, None])                                  # (rows, 6)
+  frame = d.contact_frame[slot]                                          # (rows, 3, 3)
+  dir_lin = jnp.einsum("rk,rkj->rj", coef[:, :3], frame)
+  dir_rot = jnp.einsum("rk,rkj->rj", coef[:, 3:], frame)
+  pos = d.contact_pos[slot]
+  jac = (kinematics.jac_along(m, d, pos, body2[slot], dir_lin, dir_rot)
+         - kinematics.jac_along(m, d, pos, body1[slot], dir_lin, dir_rot))
   normal = ~elliptic | (sub == 0)
   dist = jnp.where(normal, d.contact_dist[slot], 0.0)
   margin = jnp.where(normal, d.contact_includemargin[slot], 0.0)
@@ -461,28 +459,41 @@ def _nonempty(m: Model, J: jax.Array) -> jax.Array:
   return jnp.asarray(contact) | block_nonzero[block]
 
 
+def _rows(m: Model, d: Data) -> list[jax.Array]:
+  """(J, pos, margin, frictionloss, active, solref, solimp, diag, solreffriction) of every row
+  (njmax, ...): each group's rows are built at once and put in place by one gather, not one
+  scatter per group and field; rows of disabled types keep the defaults (inactive)."""
+  shapes = ((m.nv,), (), (), (), (), (2,), (5,), (), (2,))
+  defaults = (0.0, 0.0, 0.0, 0.0, False, (0.02, 1.0), (0.9, 0.95, 0.001, 0.5, 2.0), 0.0, 0.0)
+  dtypes = [bool if k == 4 else d.qpos.dtype for k in range(len(shapes))]
+  built, parts = [], [[] for _ in shapes]
+  for build, kinds in _GROUPS:
+    rows = rows_of(m, *kinds)
+    if not len(rows) or not m.nv:  # MuJoCo makes no rows without dofs, contacts included
+      continue
+    contact = kinds[0] == ConstraintType.CONTACT_FRICTIONLESS
+    solreffriction = d.contact_solreffriction[m.efc_rowid[rows]] if contact else 0.0
+    for part, shape, dtype, value in zip(parts, shapes, dtypes,
+                                         build(m, d, rows) + (solreffriction,)):
+      part.append(jnp.broadcast_to(jnp.asarray(value, dtype), (len(rows),) + shape))
+    built.append(rows)
+  order = np.concatenate(built + [np.zeros(0, int)])
+  place = np.full(m.njmax, len(order))
+  place[order] = np.arange(len(order))
+  in_order = np.array_equal(place, np.arange(m.njmax))
+  out = []
+  for part, shape, dtype, default in zip(parts, shapes, dtypes, defaults):
+    column = jnp.concatenate(part + [jnp.broadcast_to(jnp.asarray(default, dtype), (1,) + shape)])
+    out.append(column[:m.njmax] if in_order else column[place])
+  return out
+
+
 def make_constraint(m: Model, d: Data) -> Data:
   """Computes the position-level constraint rows (mj_makeConstraint), after collision:
   efc_J (njmax, nv), efc_pos, efc_margin, efc_frictionloss, efc_R, efc_D, efc_KBIP, efc_active,
   efc_type, efc_id and nefc."""
   with jax.named_scope("make_constraint"):
-    dtype, n = d.qpos.dtype, m.njmax
-    J = jnp.zeros((n, m.nv), dtype)
-    pos, margin, floss, diag = (jnp.zeros(n, dtype) for _ in range(4))
-    active = jnp.zeros(n, bool)
-    solref = jnp.tile(jnp.array([0.02, 1.0], dtype), (n, 1))
-    solreffriction = jnp.zeros((n, 2), dtype)
-    solimp = jnp.tile(jnp.array([0.9, 0.95, 0.001, 0.5, 2.0], dtype), (n, 1))
-    for build, kinds in _GROUPS:
-      rows = rows_of(m, *kinds)
-      if not len(rows) or not m.nv:  # MuJoCo makes no rows without dofs, contacts included
-        continue
-      jac, p, mg, fl, act, ref, imp, dg = build(m, d, rows)
-      J, pos, margin = J.at[rows].set(jac), pos.at[rows].set(p), margin.at[rows].set(mg)
-      floss, diag, active = floss.at[rows].set(fl), diag.at[rows].set(dg), active.at[rows].set(act)
-      solref, solimp = solref.at[rows].set(ref), solimp.at[rows].set(imp)
-      if kinds[0] == ConstraintType.CONTACT_FRICTIONLESS:
-        solreffriction = solreffriction.at[rows].set(d.contact_solreffriction[m.efc_rowid[rows]])
+    J, pos, margin, floss, active, solref, solimp, diag, solreffriction = _rows(m, d)
     active &= _nonempty(m, J)
     if m.opt.enabled(EnableBit.DIAGEXACT) and m.nv:
       # the exact diagonal of J M^-1 J' in place of the approximation (mj_projectConstraint)

@@ -261,13 +261,22 @@ def jac(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array):
   return jacp * moves[..., None], ang * moves[..., None]
 
 
+def jac_along(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array,
+              lin: jax.Array, rot: jax.Array | None = None) -> jax.Array:
+  """Jacobians (n, nv) of lin . (point velocity) + rot . (body angular velocity) for points
+  (n, 3) attached to bodies (n,), directions lin and rot (n, 3): lin' jacp + rot' jacr from
+  ``jac``, as one (n, 6) x (6, nv) product, since lin . (w x r) = w . (r x lin)."""
+  offset = point - d.subtree_com[jnp.asarray(m.body_rootid)[body]]
+  ang = math.cross(offset, lin) if rot is None else math.cross(offset, lin) + rot
+  moves = jnp.asarray(m.body_dof, dtype=d.cdof.dtype)[body]
+  return (jnp.concatenate([ang, lin], axis=-1) @ d.cdof.T) * moves
+
+
 def normal_jac(m: Model, d: Data, point: jax.Array, normal: jax.Array,
                body1: np.ndarray | jax.Array, body2: np.ndarray | jax.Array) -> jax.Array:
   """Jacobians (n, nv) of the relative velocity along ``normal`` (n, 3) at ``point`` (n, 3) of
   body2 (n,) with respect to body1 (n,): normal . (jacp(body2) - jacp(body1))."""
-  jac1, _ = jac(m, d, point, body1)
-  jac2, _ = jac(m, d, point, body2)
-  return math.frame_dot(normal[:, None], jac2 - jac1)[:, 0]
+  return jac_along(m, d, point, body2, normal) - jac_along(m, d, point, body1, normal)
 
 
 def point_jac_dot(m: Model, d: Data, point: jax.Array, body: np.ndarray):
