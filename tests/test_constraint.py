@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import flexor
-from flexor import solver
+from flexor import constraint, kinematics, solver
 from flexor.types import ConstraintType
 
 from support import float64_values, relerr
@@ -314,20 +314,27 @@ def test_float32_solve_reaches_the_float64_solution():
   assert err < 1e-4 * scale   # 1.0e-5 measured
 
 
-def test_solver_on_active_rows_matches_all_rows(monkeypatch):
+@pytest.fixture(scope="module")
+def two_piles():
+  """(model, batch): the pile after 40 steps (resting, 36 active rows of 76) and the same with
+  its bodies lifted apart (none active), through forward, float64."""
+  m = flexor.load_mjcf_string(PILE_XML, dtype=jnp.float64)
+  d = flexor.make_data(m)
+  d = jax.jit(lambda d: jax.lax.fori_loop(0, 40, lambda _, d: flexor.step(m, d), d))(d)
+  lifted = d.qpos.at[jnp.array([2, 9, 16])].add(jnp.array([1.0, 2.0, 3.0]))
+  batch = jax.jit(jax.vmap(lambda q: flexor.forward(m, d.replace(qpos=q))))(
+      jnp.stack([d.qpos, lifted]))
+  assert [int(n) for n in batch.nefc] == [36, 0]
+  return m, batch
+
+
+def test_solver_on_active_rows_matches_all_rows(monkeypatch, two_piles):
   """The Newton iterations carry the active rows gathered into a fixed number of slots, and a
   world whose active rows do not fit is solved again on all rows. A batch of two piles, one
   resting (36 active rows of 76) and one with its bodies lifted apart (none), is solved with
   the rows gathered into 40 slots (both fit), 16 (the resting pile overflows under vmap, the
   lifted one does not), and on all rows (None): the solutions agree to rounding."""
-  m = flexor.load_mjcf_string(PILE_XML, dtype=jnp.float64)
-  d = flexor.make_data(m)
-  d = jax.jit(lambda d: jax.lax.fori_loop(0, 40, lambda _, d: flexor.step(m, d), d))(d)
-  lifted = d.qpos.at[jnp.array([2, 9, 16])].add(jnp.array([1.0, 2.0, 3.0]))
-  batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), d)
-  batch = jax.jit(jax.vmap(lambda d: flexor.forward(m, d)))(
-      batch.replace(qpos=jnp.stack([d.qpos, lifted])))
-  assert [int(n) for n in batch.nefc] == [36, 0]
+  m, batch = two_piles
 
   def solve(capacity):
     monkeypatch.setattr(solver, "_capacity", lambda rows: capacity)
@@ -341,3 +348,31 @@ def test_solver_on_active_rows_matches_all_rows(monkeypatch):
     np.testing.assert_allclose(got.qacc, want.qacc, rtol=0, atol=1e-10 * scale)
     np.testing.assert_allclose(got.efc_force, want.efc_force, rtol=0, atol=1e-10 * force_scale)
     np.testing.assert_array_equal(got.efc_state, want.efc_state)
+
+
+def test_contact_jacobians_on_active_rows_match_all_rows(monkeypatch, two_piles):
+  """make_constraint builds contact Jacobians on the active rows gathered into a fixed number
+  of slots, slot-fuls at a time while some world has rows left; derivatives are the all-rows
+  form's. The resting and the lifted pile (36 and 0 active rows of 76) under vmap: efc_J with
+  40 slots (both fit), 16 (the resting pile takes three rounds) and all rows (None) agree, and
+  so does the gradient of a weighted sum of efc_J with respect to qpos."""
+  m, batch = two_piles  # the contacts stay as found; the gradient moves the bodies under them
+  weight = jnp.asarray(np.random.default_rng(0).standard_normal((m.njmax, m.nv)))
+
+  def efc_j(qpos, d):
+    d = kinematics.com_pos(m, kinematics.kinematics(m, d.replace(qpos=qpos)))
+    return constraint.make_constraint(m, d).efc_J
+
+  def run(capacity):
+    monkeypatch.setattr(constraint, "active_capacity", lambda n: capacity)
+    value = jax.jit(jax.vmap(efc_j))(batch.qpos, batch)
+    grad = jax.jit(jax.vmap(jax.grad(lambda q, d: jnp.sum(weight * efc_j(q, d)))))(
+        batch.qpos, batch)
+    return value, grad
+
+  want, want_grad = run(None)
+  assert [int(n) for n in np.count_nonzero(np.any(np.asarray(want) != 0, -1), -1)] == [36, 0]
+  for capacity in (40, 16):
+    got, got_grad = run(capacity)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=0, atol=1e-12)

@@ -314,6 +314,26 @@ def test_own_model_exercises_contacts_and_limits():
   assert fm.nconmax and fm.neq
 
 
+def test_touch_rays_from_pushing_contacts_match_all_pairs(monkeypatch):
+  """Touch sensors cast rays only from the contacts that push, gathered into a fixed number of
+  slots per site type, slot-fuls at a time while some world has pairs left. Our model's
+  conformance states under vmap, with 1 and 2 slots per type (states with more pushing pairs
+  take several rounds), give forward's sensordata again."""
+  mj, fm = _load("own/pyramidal")
+  states = _own_states(mj, np.random.default_rng(0))
+  d = make_data(fm)
+  batch = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[_forward(fm, d.replace(
+      **{k: jnp.asarray(getattr(s, k), d.qpos.dtype) for k in ("qpos", "qvel", "act", "ctrl",
+                                                             "time")})) for s in states])
+  want = np.asarray(batch.sensordata)
+  touch = mj.sensor_adr[mj.sensor_type == SensorType.TOUCH]
+  assert np.count_nonzero(want[:, touch] > 0) >= NSTATE
+  for capacity in (1, 2):
+    monkeypatch.setattr(flexor.constraint, "active_capacity", lambda n, c=capacity: c)
+    got = jax.jit(jax.vmap(flexor.sensor.sensor_acc, in_axes=(None, 0)))(fm, batch).sensordata
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
 _GRAD_XML = """
 <mujoco>
   <worldbody>

@@ -57,6 +57,9 @@ import numpy as np
 
 from flexor.math import MINVAL, safe_sqrt
 from flexor.math import cross as _cross
+from flexor.math import dot as _dot
+from flexor.math import mat_t_vec as _mtv
+from flexor.math import mat_vec as _mv
 from flexor.types import GeomType
 
 Contacts = tuple[jax.Array, jax.Array, jax.Array, jax.Array]  # dist, pos, frame, exist
@@ -77,25 +80,10 @@ class _Contact(NamedTuple):
 
 
 #------------------------------------ small vector helpers -----------------------------------------
-# MINVAL, safe_sqrt and the cross product come from flexor.math. _dot and _normalize stay here:
-# bit-exact conformance needs mju_dot3's left-to-right sum, which a jnp.sum reduction (as in
-# flexor.math.safe_norm) does not promise, and mju_normalize3's (1, 0, 0) for a short vector,
-# where flexor.math.normalize (mju_normalize) leaves it unchanged.
-
-def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
-  """Dot product over the last axis (3), summed left to right as mju_dot3."""
-  return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
-
-
-def _mv(mat: jax.Array, v: jax.Array) -> jax.Array:
-  """mat (3, 3) @ v (..., 3) (mju_mulMatVec3), in full precision also on accelerators."""
-  return jnp.einsum("ij,...j->...i", mat, v, precision=jax.lax.Precision.HIGHEST)
-
-
-def _mtv(mat: jax.Array, v: jax.Array) -> jax.Array:
-  """mat (3, 3) transposed @ v (..., 3) (mju_mulMatTVec3)."""
-  return jnp.einsum("ji,...j->...i", mat, v, precision=jax.lax.Precision.HIGHEST)
-
+# MINVAL, safe_sqrt, the cross and dot products and the 3x3 matrix-vector products come from
+# flexor.math (left-to-right sums, as mju_dot3 and mju_mulMatVec3). _normalize stays here:
+# mju_normalize3 gives (1, 0, 0) for a short vector, where flexor.math.normalize (mju_normalize)
+# leaves it unchanged.
 
 def _normalize(v: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(unit vector, norm) of v (..., 3) as mju_normalize3: (1, 0, 0) where the norm < mjMINVAL."""

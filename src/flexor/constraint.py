@@ -18,6 +18,7 @@ direct stiffness and damping when negative).
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -172,11 +173,11 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   coef = (np.arange(6) == first[:, None]) + (sign * friction)[:, None] * (
       np.arange(6) == second[:, None])                                  # (rows, 6)
   frame = d.contact_frame[slot]                                          # (rows, 3, 3)
-  dir_lin = jnp.einsum("rk,rkj->rj", coef[:, :3], frame)
-  dir_rot = jnp.einsum("rk,rkj->rj", coef[:, 3:], frame)
+  dir_lin = math.mat_t_vec(frame, coef[:, :3])
+  dir_rot = math.mat_t_vec(frame, coef[:, 3:])
   pos = d.contact_pos[slot]
-  jac = (kinematics.jac_along(m, d, pos, body2[slot], dir_lin, dir_rot)
-         - kinematics.jac_along(m, d, pos, body1[slot], dir_lin, dir_rot))
+  jac = _contact_jac(m, d, pos, jnp.asarray(body1)[slot], jnp.asarray(body2)[slot], dir_lin,
+                     dir_rot, active)
   normal = ~elliptic | (sub == 0)
   dist = jnp.where(normal, d.contact_dist[slot], 0.0)
   margin = jnp.where(normal, d.contact_includemargin[slot], 0.0)
@@ -188,6 +189,82 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
                    jnp.where(elliptic & (sub >= 3), rot, tran))
   zero = jnp.zeros(len(rows), dtype=dist.dtype)
   return (jac, dist, margin, zero, active, d.contact_solref[slot], d.contact_solimp[slot], diag)
+
+
+def active_capacity(n: int) -> int | None:
+  """How many of ``n`` conditional rows (limits, contacts) to carry as the active ones (static),
+  or None for all: a quarter, at least 32, rounded up to a multiple of 8. A running simulation
+  has few such rows active (on dm_control's humanoid, at most 38 of 424 rows in 256 worlds),
+  so stages that gather the active rows into this many slots do a fraction of the work
+  (``over_active``, ``unless_overflow``)."""
+  capacity = -(-max(32, n // 4) // 8) * 8
+  return capacity if capacity < n else None
+
+
+def unless_overflow(overflow: jax.Array, value: Any, fn: Callable[..., Any], *args: Any) -> Any:
+  """``value``, or ``fn(*args)`` where ``overflow`` () bool says the active rows did not fit.
+
+  A loop that runs at most once rather than a cond: under vmap a cond computes both branches
+  for every world, a loop only while some world of the batch overflows. Not reverse
+  differentiable (a while_loop): callers differentiate through a rule of their own."""
+  def all_rows(state: tuple[Any, jax.Array]) -> tuple[Any, jax.Array]:
+    # the barrier makes fn's inputs read the loop state: XLA would otherwise hoist fn out of
+    # the loop and run it always
+    operands, overflow = jax.lax.optimization_barrier((args, state[1]))
+    return fn(*operands), ~overflow
+
+  return jax.lax.while_loop(lambda s: s[1], all_rows, (value, overflow))[0]
+
+
+def over_active(active: jax.Array, fn: Callable[[jax.Array | slice, jax.Array], jax.Array],
+                out: jax.Array) -> jax.Array:
+  """``out`` (n, ...) with the rows where ``active`` (n,) replaced by ``fn(rows, valid)``.
+
+  fn maps rows, an index of k rows, and whether each is a real row (k,) (padding repeats row
+  0) to their values (k, ...). With ``active_capacity(n)`` slots it runs on that many active
+  rows at a time, in a loop that a batch repeats only while one of its worlds has rows left
+  (once, in a running simulation); else on all rows at once (rows ``slice(None)``). Not
+  reverse differentiable (a while_loop): callers differentiate through a rule of their own."""
+  n = len(active)
+  capacity = active_capacity(n)
+  if capacity is None:
+    mask = active.reshape((n,) + (1,) * (out.ndim - 1))
+    return jnp.where(mask, fn(slice(None), active), out)
+
+  def chunk(state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    out, todo = state
+    pick = jnp.nonzero(todo, size=capacity, fill_value=n)[0]
+    valid = pick < n
+    out = out.at[pick].set(fn(jnp.where(valid, pick, 0), valid), mode="drop")
+    return out, todo.at[pick].set(False, mode="drop")
+
+  return jax.lax.while_loop(lambda state: jnp.any(state[1]), chunk, (out, active))[0]
+
+
+def _contact_jac(m: Model, d: Data, point: jax.Array, body1: jax.Array, body2: jax.Array,
+                 lin: jax.Array, rot: jax.Array, active: jax.Array) -> jax.Array:
+  """Jacobians (rows, nv) of contact rows, ``jac_along`` body 2 minus body 1 at the contact
+  points (rows, 3) along lin and rot (rows, 3), zero on rows not ``active`` (rows,).
+
+  Built on the active rows only (``over_active``): the (rows, 6) x (6, nv) products of all
+  rows were a third of make_constraint's time on the humanoid. Its derivatives are those of
+  the all-rows form."""
+
+  def all_rows(subtree_com, cdof, point, lin, rot, body1, body2, active):
+    dm = d.replace(subtree_com=subtree_com, cdof=cdof)
+    jac = (kinematics.jac_along(m, dm, point, body2, lin, rot)
+           - kinematics.jac_along(m, dm, point, body1, lin, rot))
+    return jnp.where(active[:, None], jac, 0.0)
+
+  @jax.custom_jvp
+  def on_active_rows(subtree_com, cdof, point, lin, rot, body1, body2, active):
+    def rows_jac(rows: jax.Array | slice, valid: jax.Array) -> jax.Array:
+      return all_rows(subtree_com, cdof, point[rows], lin[rows], rot[rows], body1[rows],
+                      body2[rows], valid)
+    return over_active(active, rows_jac, jnp.zeros((len(active), m.nv), point.dtype))
+
+  on_active_rows.defjvp(lambda primals, tangents: jax.jvp(all_rows, primals, tangents))
+  return on_active_rows(d.subtree_com, d.cdof, point, lin, rot, body1, body2, active)
 
 
 def eq_anchors(m: Model, d: Data, eq: np.ndarray):
@@ -202,7 +279,7 @@ def eq_anchors(m: Model, d: Data, eq: np.ndarray):
   local2 = jnp.where(weld[:, None], data[:, :3], data[:, 3:6])
   b1, b2 = np.where(site, m.site_bodyid[np.where(site, obj1, 0)] if m.nsite else 0, obj1), \
       np.where(site, m.site_bodyid[np.where(site, obj2, 0)] if m.nsite else 0, obj2)
-  on_body = lambda b, local: d.xpos[b] + jnp.einsum("nij,nj->ni", d.xmat[b], local)
+  on_body = lambda b, local: d.xpos[b] + math.mat_vec(d.xmat[b], local)
   pos1, pos2 = on_body(b1, local1), on_body(b2, local2)
   if m.nsite:
     pos1 = jnp.where(site[:, None], d.site_xpos[np.where(site, obj1, 0)], pos1)
@@ -352,9 +429,11 @@ def _impedance(solimp: jax.Array, pos: jax.Array, margin: jax.Array) -> jax.Arra
   x = jnp.abs(pos - margin) / jnp.where(flat, 1.0, width)
   inner = (x > 0) & (x < 1)
   xs = jnp.where(inner, x, 0.5)
-  low = xs**power / mid**(power - 1)
-  high = 1 - (1 - xs)**power / (1 - mid)**(power - 1)
-  y = jnp.where(power == 1, xs, jnp.where(xs <= mid, low, high))
+  # below the midpoint xs^p / mid^(p - 1), above it 1 - (1 - xs)^p / (1 - mid)^(p - 1): one
+  # pair of powers for both branches
+  lower = xs <= mid
+  part = jnp.where(lower, xs, 1 - xs)**power / jnp.where(lower, mid, 1 - mid)**(power - 1)
+  y = jnp.where(power == 1, xs, jnp.where(lower, part, 1 - part))
   y = jnp.where(inner, y, jnp.where(x >= 1, 1.0, 0.0))
   return jnp.where(flat, 0.5 * (dmin + dmax), dmin + y * (dmax - dmin))
 
@@ -534,8 +613,8 @@ def _surface_velocity(m: Model, d: Data) -> tuple[np.ndarray, jax.Array]:
   geom = jnp.asarray(collision.slot_geom(m, d))
   surfacevel = m.geom_surfacevel[geom]                                  # (nconmax, 2, 6)
   xmat = d.geom_xmat[geom]
-  linear = jnp.einsum("nkij,nkj->nki", xmat, surfacevel[..., :3])
-  angular = jnp.einsum("nkij,nkj->nki", xmat, surfacevel[..., 3:])
+  linear = math.mat_vec(xmat, surfacevel[..., :3])
+  angular = math.mat_vec(xmat, surfacevel[..., 3:])
   linear = linear + math.cross(angular, d.contact_pos[:, None, :] - d.geom_xpos[geom])
   relative = jnp.stack([linear[:, 1] - linear[:, 0], angular[:, 1] - angular[:, 0]], axis=1)
   local = jnp.einsum("nij,nkj->nki", d.contact_frame, relative).reshape(-1, 6)

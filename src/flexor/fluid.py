@@ -43,8 +43,8 @@ def _local_velocity(m: Model, d: Data, body: np.ndarray, point: jax.Array, rot: 
   ang, lin = d.cvel[body, :3], d.cvel[body, 3:]
   offset = point - d.subtree_com[m.body_rootid[body]]
   lin = lin - math.cross(offset, ang)
-  lang = jnp.einsum("kji,kj->ki", rot, ang)
-  llin = jnp.einsum("kji,kj->ki", rot, lin - m.opt.wind[None, :])
+  lang = math.mat_t_vec(rot, ang)
+  llin = math.mat_t_vec(rot, lin - m.opt.wind[None, :])
   return lang, llin
 
 
@@ -79,8 +79,8 @@ def _inertia_box(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
   frc_lin = frc_lin - jnp.where(dense, 0.5 * opt.density, 0.0) * face * jnp.abs(llin) * llin
   frc_ang = frc_ang - jnp.where(dense, opt.density / 64.0, 0.0) * spin * jnp.abs(lang) * lang
 
-  force = jnp.where(heavy[:, None], jnp.einsum("bij,bj->bi", d.ximat, frc_lin), 0.0)
-  torque = jnp.where(heavy[:, None], jnp.einsum("bij,bj->bi", d.ximat, frc_ang), 0.0)
+  force = jnp.where(heavy[:, None], math.mat_vec(d.ximat, frc_lin), 0.0)
+  torque = jnp.where(heavy[:, None], math.mat_vec(d.ximat, frc_ang), 0.0)
   return force, torque
 
 
@@ -181,8 +181,8 @@ def _ellipsoid(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
   scale = fluid[:, 0:1]
   torque = (torque + vis_torque) * scale
   force = (force + vis_force) * scale
-  force = jnp.einsum("gij,gj->gi", d.geom_xmat, force)
-  torque = jnp.einsum("gij,gj->gi", d.geom_xmat, torque)
+  force = math.mat_vec(d.geom_xmat, force)
+  torque = math.mat_vec(d.geom_xmat, torque)
   torque = torque + math.cross(d.geom_xpos - d.xipos[body], force)
   seg = lambda x: jax.ops.segment_sum(x, body, num_segments=m.nbody)  # noqa: E731
   return seg(force), seg(torque)

@@ -14,13 +14,20 @@ import jax.numpy as jnp
 MINVAL = 1e-15  # mjMINVAL
 
 
+def _lead(x: jax.Array, ndim: int) -> jax.Array:
+  """x with leading axes of size 1 added up to ndim axes: broadcasting made explicit, as the
+  tests run with rank promotion an error."""
+  return x.reshape((1,) * (ndim - x.ndim) + x.shape)
+
+
 def dot(a: jax.Array, b: jax.Array, keepdims: bool = False) -> jax.Array:
   """Inner product along the last axis, (...) or (..., 1) with keepdims.
 
   Short vectors are summed component by component, in jnp.sum's order: XLA's CPU backend
   runs every reduction as a kernel of its own, several times the cost of the elementwise loop
-  the explicit sum fuses into."""
-  prod = a * b
+  the explicit sum fuses into. Leading axes broadcast."""
+  rank = max(a.ndim, b.ndim)
+  prod = _lead(a, rank) * _lead(b, rank)
   if prod.shape[-1] > 4:
     return jnp.sum(prod, axis=-1, keepdims=keepdims)
   total = prod[..., 0]
@@ -90,7 +97,7 @@ def quat_to_mat(q: jax.Array) -> jax.Array:
 
 def rot_vec_quat(v: jax.Array, q: jax.Array) -> jax.Array:
   """Rotates v (..., 3) by unit quaternion q (..., 4)."""
-  return jnp.einsum("...ij,...j->...i", quat_to_mat(q), v)
+  return mat_vec(quat_to_mat(q), v)
 
 
 def axis_angle_to_quat(axis: jax.Array, angle: jax.Array) -> jax.Array:
@@ -145,14 +152,23 @@ def frame_dot(frame: jax.Array, vecs: jax.Array) -> jax.Array:
   return sum(frame[..., :, None, j] * vecs[..., None, :, j] for j in range(3))
 
 
+def _same_rank(mat: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """mat (..., 3, 3) and v (..., 3) with as many leading axes, new ones of size 1 in front."""
+  lead = max(mat.ndim - 2, v.ndim - 1)
+  return _lead(mat, lead + 2), _lead(v, lead + 1)
+
+
 def mat_vec(mat: jax.Array, v: jax.Array) -> jax.Array:
-  """mat v for 3x3 matrices (..., 3, 3) and vectors (..., 3), as multiply-adds (see
-  ``frame_dot``)."""
+  """mat v for 3x3 matrices (..., 3, 3) and vectors (..., 3), leading axes broadcast, as
+  multiply-adds (see ``frame_dot``) summed left to right as mju_mulMatVec3, in full precision
+  also where an accelerator runs dots in reduced precision."""
+  mat, v = _same_rank(mat, v)
   return sum(mat[..., :, j] * v[..., None, j] for j in range(3))
 
 
 def mat_t_vec(mat: jax.Array, v: jax.Array) -> jax.Array:
   """mat^T v for 3x3 matrices (..., 3, 3) and vectors (..., 3): v in the frame mat."""
+  mat, v = _same_rank(mat, v)
   return sum(mat[..., j, :] * v[..., None, j] for j in range(3))
 
 

@@ -43,7 +43,7 @@ _RAYDATA_COLUMNS = ((0,), (1, 2, 3), (4, 5, 6), (7, 8, 9), (10, 11, 12), (13,))
 
 def _to_local(pos: jax.Array, mat: jax.Array, pnt: jax.Array, vec: jax.Array):
   """The ray in the geom's frame (ray_map): (mat' (pnt - pos), mat' vec)."""
-  return mat.T @ (pnt - pos), mat.T @ vec
+  return math.mat_t_vec(mat, pnt - pos), math.mat_t_vec(mat, vec)
 
 
 def _quad(a: jax.Array, b: jax.Array, c: jax.Array):
@@ -81,7 +81,7 @@ def _plane(pos, mat, size, pnt, vec):
 
 def _sphere_x(pos, radius_sq, pnt, vec):
   dif = pnt - pos
-  return _quad(vec @ vec, vec @ dif, dif @ dif - radius_sq)[2]
+  return _quad(math.dot(vec, vec), math.dot(vec, dif), math.dot(dif, dif) - radius_sq)[2]
 
 
 def _sphere(pos, mat, size, pnt, vec):
@@ -100,20 +100,20 @@ def _capsule(pos, mat, size, pnt, vec):
   x, _ = _take(x, sol, (sol >= 0) & (jnp.abs(lpnt[2] + sol * lvec[2]) <= h))
   for cap in (1.0, -1.0):
     ldif = lpnt.at[2].add(-cap * h)
-    x0, x1, _ = _quad(lvec @ lvec, lvec @ ldif, ldif @ ldif - r * r)
+    x0, x1, _ = _quad(math.dot(lvec, lvec), math.dot(lvec, ldif), math.dot(ldif, ldif) - r * r)
     for root in (x0, x1):
       x, took = _take(x, root, (root >= 0) & (cap * (lpnt[2] + root * lvec[2]) >= h))
       side = jnp.where(took, cap, side)
   local = lpnt + lvec * x
   local = local.at[2].set(jnp.where(side == 0, 0.0, local[2] - h * side))
-  return _miss(jnp.where(near, x, -1.0), mat @ math.normalize(local))
+  return _miss(jnp.where(near, x, -1.0), math.mat_vec(mat, math.normalize(local)))
 
 
 def _ellipsoid(pos, mat, size, pnt, vec):
   lpnt, lvec = _to_local(pos, mat, pnt, vec)
   s = 1 / (size * size)
   x = _quad(jnp.sum(s * lvec * lvec), jnp.sum(s * lvec * lpnt), jnp.sum(s * lpnt * lpnt) - 1)[2]
-  return _miss(x, mat @ math.normalize(s * (lpnt + x * lvec)))
+  return _miss(x, math.mat_vec(mat, math.normalize(s * (lpnt + x * lvec))))
 
 
 def _cylinder(pos, mat, size, pnt, vec):
@@ -133,13 +133,13 @@ def _cylinder(pos, mat, size, pnt, vec):
   side = jnp.where(took, 0.0, side)
   round_normal = math.normalize((lpnt + lvec * x).at[2].set(0.0))
   normal = jnp.where(side == 0, round_normal, jnp.zeros(3, pnt.dtype).at[2].set(side))
-  return _miss(jnp.where(near, x, -1.0), mat @ normal)
+  return _miss(jnp.where(near, x, -1.0), math.mat_vec(mat, normal))
 
 
 def _box_faces(pos, mat, size, pnt, vec):
   """ray_box with its ``all`` output: (x, local normal (3,), all (6,)), the intersections with
   the -x, +x, -y, +y, -z, +z faces (-1 where none)."""
-  near = _sphere_x(pos, size @ size, pnt, vec) >= 0
+  near = _sphere_x(pos, math.dot(size, size), pnt, vec) >= 0
   lpnt, lvec = _to_local(pos, mat, pnt, vec)
   x, normal, faces = jnp.full((), -1.0, pnt.dtype), jnp.zeros(3, pnt.dtype), []
   for i, (j, k) in enumerate(((1, 2), (0, 2), (0, 1))):
@@ -156,7 +156,7 @@ def _box_faces(pos, mat, size, pnt, vec):
 
 def _box(pos, mat, size, pnt, vec):
   x, normal, _ = _box_faces(pos, mat, size, pnt, vec)
-  return _miss(x, mat @ normal)
+  return _miss(x, math.mat_vec(mat, normal))
 
 
 # ----------------------------------------------------------------------------- triangles
@@ -167,7 +167,7 @@ def _plane_basis(lvec: jax.Array) -> tuple[jax.Array, jax.Array]:
   a = jnp.abs(lvec)
   axis = jnp.where((a[0] >= a[1]) & (a[0] >= a[2]), 0, jnp.where(a[1] >= a[2], 1, 2))
   b0 = jnp.where(jnp.arange(3) == axis, 0.0, 1.0).astype(lvec.dtype)
-  b1 = math.normalize(b0 - lvec * (lvec @ b0) / (lvec @ lvec))
+  b1 = math.normalize(b0 - lvec * math.dot(lvec, b0) / math.dot(lvec, lvec))
   return math.normalize(math.cross(b1, lvec)), b1
 
 
@@ -175,7 +175,7 @@ def _triangle(v: jax.Array, lpnt: jax.Array, lvec: jax.Array, b0: jax.Array, b1:
   """ray_triangle: (x, unit normal (3,) of the winding) of the ray with triangle v (3, 3); x may
   be negative (behind the ray) and is -1 where the ray misses."""
   dif = v - lpnt[None, :]
-  planar = jnp.stack([dif @ b0, dif @ b1], axis=-1)                        # (3, 2)
+  planar = jnp.stack([math.dot(dif, b0), math.dot(dif, b1)], axis=-1)  # (3, 2)
   apart = jnp.any(jnp.all(planar > 0, axis=0) | jnp.all(planar < 0, axis=0))
   a00, a01 = planar[0, 0] - planar[2, 0], planar[1, 0] - planar[2, 0]
   a10, a11 = planar[0, 1] - planar[2, 1], planar[1, 1] - planar[2, 1]
@@ -186,9 +186,9 @@ def _triangle(v: jax.Array, lpnt: jax.Array, lvec: jax.Array, b0: jax.Array, b1:
   t0, t1 = (a11 * r0 - a01 * r1) / safe, (-a10 * r0 + a00 * r1) / safe
   outside = (t0 < 0) | (t1 < 0) | (t0 + t1 > 1)
   nrm = math.cross(v[0] - v[2], v[1] - v[2])
-  denom = lvec @ nrm
+  denom = math.dot(lvec, nrm)
   parallel = jnp.abs(denom) < MINVAL
-  x = -((lpnt - v[2]) @ nrm) / jnp.where(parallel, 1.0, denom)
+  x = -math.dot(lpnt - v[2], nrm) / jnp.where(parallel, 1.0, denom)
   miss = apart | flat | outside | parallel
   return jnp.where(miss, -1.0, x), jnp.where(miss, 0.0, math.normalize(nrm))
 
@@ -208,7 +208,7 @@ def _mesh(pos, mat, size, pnt, vec, tris, valid):
   b0, b1 = _plane_basis(lvec)
   x, normal = jax.vmap(_triangle, (0, None, None, None, None))(tris, lpnt, lvec, b0, b1)
   x, normal = _nearest(jnp.where(valid & near, x, -1.0), normal)
-  return x, jnp.where(x >= 0, mat @ normal, 0.0)
+  return x, jnp.where(x >= 0, math.mat_vec(mat, normal), 0.0)
 
 
 def _hfield(pos, mat, size, pnt, vec, data, nrow: int, ncol: int):
@@ -262,7 +262,7 @@ def _hfield(pos, mat, size, pnt, vec, data, nrow: int, ncol: int):
     x, took = _take(x, faces[i], below & ((faces[i] < x) | (x < 0)))
     side = jnp.zeros(3, pnt.dtype).at[i // 2].set(1.0 if i % 2 else -1.0)
     normal = jnp.where(took, side, normal)
-  return _miss(x, mat @ normal)
+  return _miss(x, math.mat_vec(mat, normal))
 
 
 # mju_rayGeom by geom type: (x, normal) of one ray with one primitive (touch sensors use it on

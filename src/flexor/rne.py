@@ -99,8 +99,8 @@ def _contact_cfrc_ext(m: Model, d: Data) -> jax.Array:
   bodies = constraint.slot_bodies(m, d)
   local = contact_force(m, d)
   frame = d.contact_frame
-  force = jnp.einsum("nji,nj->ni", frame, local[:, :3])
-  torque = jnp.einsum("nji,nj->ni", frame, local[:, 3:])
+  force = math.mat_t_vec(frame, local[:, :3])
+  torque = math.mat_t_vec(frame, local[:, 3:])
   out = jnp.zeros((m.nbody, 6), dtype=force.dtype)
   for body, sign in zip(bodies, (-1.0, 1.0)):
     arm = d.contact_pos - d.subtree_com[jnp.asarray(m.body_rootid)[body]]
@@ -133,7 +133,7 @@ def _equality_cfrc_ext(m: Model, d: Data) -> jax.Array:
   axes = jnp.concatenate([jnp.zeros((3, 1), q0.dtype), jnp.eye(3, dtype=q0.dtype)], axis=-1)
   cols = math.quat_mul(math.quat_mul(math.quat_conj(q1)[:, None, :], axes[None]), q0[:, None, :])
   mat_t = 0.5 * cols[..., 1:] * m.eq_data[eq, 10][:, None, None]             # (n, j, k) = M'
-  torque = jnp.einsum("njk,nk->nj", mat_t, rot_force)
+  torque = math.mat_vec(mat_t, rot_force)
   for body, pos, sign in ((b1, pos1, 1.0), (b2, pos2, -1.0)):
     arm = pos - d.subtree_com[m.body_rootid[body]]
     wrench = jnp.concatenate([torque + math.cross(arm, force), force], axis=-1)

@@ -74,7 +74,7 @@ def _frame_quats(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray) -> j
 
 def _to_local(mat: jax.Array, v: jax.Array) -> jax.Array:
   """mat' v for (n, 3, 3) and (n, 3)."""
-  return jnp.einsum("nji,nj->ni", mat, v)
+  return math.mat_t_vec(mat, v)
 
 
 def _spatial(m: Model, d: Data, motion: jax.Array, objtype: np.ndarray, objid: np.ndarray,
@@ -219,7 +219,7 @@ def _insidesite(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
               & (m.body_mass[objid] < math.MINVAL) & (m.body_subtreemass[objid] >= math.MINVAL))
   pos = jnp.where(massless[:, None], d.subtree_com[objid], pos)
   site = m.sensor_refid[ids]
-  local = jnp.einsum("nji,nj->ni", d.site_xmat[site], pos - d.site_xpos[site])
+  local = math.mat_t_vec(d.site_xmat[site], pos - d.site_xpos[site])
   inside = jnp.zeros(len(ids), bool)
   for site_type in np.unique(m.site_type[site]):
     mine = m.site_type[site] == site_type
@@ -393,7 +393,7 @@ def _subtreeangmom(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   body_vel = _body_velocity(m, d)
   linvel = _subtree_linvel(m, d, ids, body_vel)
   spin_local = _to_local(d.ximat, body_vel[:, :3]) * m.body_inertia
-  spin = jnp.einsum("nij,nj->ni", d.ximat, spin_local)                       # (nbody, 3)
+  spin = math.mat_vec(d.ximat, spin_local)                                   # (nbody, 3)
   com = d.subtree_com[_objid(m, ids)]
   arm = d.xipos[None, :, :] - com[:, None, :]                               # (n, nbody, 3)
   rel = body_vel[None, :, 3:] - linvel[:, None, :]
@@ -422,18 +422,28 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
     return jnp.zeros((len(ids), 1), dtype=d.qvel.dtype)
   on1, on2 = body[sensor] == body1[slot], body[sensor] == body2[slot]
   normal = contact_force(m, d)[slot, 0]
+  pushing = (on1 | on2) & (normal > 0)
   away = jnp.where(on2, -1.0, 1.0).astype(d.qpos.dtype)                  # no float64 promotion
-  vec = d.contact_frame[slot, 0] * away[:, None]                        # (npair, 3)
+  # a hit is a yes or no: the rays see the state without its tangents
+  rays = jax.lax.stop_gradient((d.site_xpos, d.site_xmat, d.contact_pos,
+                                d.contact_frame[slot, 0] * away[:, None]))
   hit = jnp.zeros(len(slot), dtype=bool)
   for site_type in np.unique(m.site_type[site]):
     mine = np.flatnonzero(m.site_type[site[sensor]] == site_type)
-    own = site[sensor[mine]]
-    dist = jax.vmap(ray.PRIMITIVES[int(site_type)])(
-        d.site_xpos[own], d.site_xmat[own], m.site_size[own], d.contact_pos[slot[mine]],
-        vec[mine])[0]
-    hit = hit.at[mine].set(dist >= 0)
-  use = (on1 | on2) & hit & (normal > 0)
-  force = jnp.where(use, normal, 0.0)
+
+    def hits(rows: jax.Array | slice, valid: jax.Array) -> jax.Array:
+      """Whether the rays of this site type's pairs mine[rows] (k,) meet their sites (k,)."""
+      site_xpos, site_xmat, contact_pos, vec = rays
+      pair = jnp.asarray(mine)[rows]
+      own = jnp.asarray(site[sensor])[pair]
+      return valid & (jax.vmap(ray.PRIMITIVES[int(site_type)])(
+          site_xpos[own], site_xmat[own], m.site_size[own],
+          contact_pos[jnp.asarray(slot)[pair]], vec[pair])[0] >= 0)
+
+    # rays from the pushing contacts only
+    pushed = constraint.over_active(pushing[mine], hits, jnp.zeros(len(mine), bool))
+    hit = hit.at[mine].set(pushed)
+  force = jnp.where(hit, normal, 0.0)
   return jax.ops.segment_sum(force, sensor, num_segments=len(ids))[:, None]
 
 
@@ -467,7 +477,7 @@ def _contact_match(m: Model, d: Data, i: int) -> jax.Array:
   if objtype == ObjType.UNKNOWN and reftype == ObjType.UNKNOWN:
     return exist.astype(jnp.int32)
   if objtype == ObjType.SITE:
-    local = (d.contact_pos - d.site_xpos[objid][None, :]) @ d.site_xmat[objid]
+    local = math.mat_t_vec(d.site_xmat[objid], d.contact_pos - d.site_xpos[objid][None, :])
     size = jnp.broadcast_to(m.site_size[objid], local.shape)
     exist = exist & _inside(int(m.site_type[objid]), size, local)
   m11, m12 = (_check_match(m, objtype, objid, body[:, k], geom[:, k]) for k in (0, 1))
@@ -493,7 +503,7 @@ def _contact_velocity(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
     return lin + math.cross(ang, arm), ang
 
   (lin1, ang1), (lin2, ang2) = velocity(body1), velocity(body2)
-  to_frame = lambda v: jnp.einsum("nij,nj->ni", d.contact_frame, v)
+  to_frame = lambda v: math.mat_vec(d.contact_frame, v)
   return to_frame(lin2 - lin1), to_frame(ang2 - ang1)
 
 
@@ -529,8 +539,8 @@ def _net_contact(d: Data, wrench: jax.Array, match: jax.Array, spec: int) -> jax
   dtype = d.qpos.dtype
   wrench = wrench * jnp.where(match < 0, -1.0, 1.0).astype(dtype)[:, None]
   wrench = jnp.where((match != 0)[:, None], wrench, 0.0)
-  force = jnp.einsum("nji,nj->ni", d.contact_frame, wrench[:, :3])   # frame' f
-  torque = jnp.einsum("nji,nj->ni", d.contact_frame, wrench[:, 3:])
+  force = math.mat_t_vec(d.contact_frame, wrench[:, :3])
+  torque = math.mat_t_vec(d.contact_frame, wrench[:, 3:])
   weight = math.safe_norm(wrench, axis=-1)
   total = jnp.sum(weight)
   point = jnp.sum(d.contact_pos * weight[:, None], axis=0) / jnp.maximum(total, math.MINVAL)

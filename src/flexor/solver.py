@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import math
-from flexor.constraint import rows_of
+from flexor.constraint import active_capacity, rows_of, unless_overflow
 from flexor.types import ConstraintState, ConstraintType, Data, DisableBit, Model
 
 
@@ -273,17 +273,15 @@ def _capacity(rows: _Rows) -> int | None:
   """How many rows outside elliptic cones the Newton iterations carry (static), or None for all.
 
   A row is active (D > 0) while its constraint is on: equality and friction-loss rows always,
-  limits and contacts only near their violation, and of the latter a running simulation has
-  few (on dm_control's humanoid, at most 38 of 424 rows in 256 worlds). The iterations work on
-  the active rows gathered into this many slots: every row they leave out has D = 0 and adds
-  nothing to the cost, its gradient or its Hessian, so the solution is the same. A quarter of
-  the conditional rows, at least 32, makes room; a world that needs more is solved again on all
-  rows (``_on_active_rows``)."""
+  limits and contacts only near their violation. The iterations work on the active rows
+  gathered into this many slots: every row they leave out has D = 0 and adds nothing to the
+  cost, its gradient or its Hessian, so the solution is the same. The always-active rows and
+  ``active_capacity`` of the conditional ones make room; a world that needs more is solved
+  again on all rows (``_on_active_rows``)."""
   free = ~rows.in_cone
   always = int(np.count_nonzero((rows.quadratic | rows.friction) & free))
-  conditional = int(np.count_nonzero(free)) - always
-  capacity = always + -(-max(32, conditional // 4) // 8) * 8
-  return capacity if capacity < always + conditional else None
+  conditional = active_capacity(int(np.count_nonzero(free)) - always)
+  return None if conditional is None else always + conditional
 
 
 def _compact(rows: _Rows, p: _Problem, capacity: int) -> tuple[_Rows, _Problem, jax.Array]:
@@ -327,16 +325,7 @@ def _on_active_rows(config: _Config, problem: _Problem,
   if config.capacity is None:
     return fn(config.rows, problem)
   rows, compact, overflow = _compact(config.rows, problem, config.capacity)
-
-  def all_rows(state: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
-    # the barrier makes the problem read the loop state: XLA would otherwise hoist fn out of
-    # the loop and run it always
-    p, overflow = jax.lax.optimization_barrier((problem, state[1]))
-    return fn(config.rows, p), ~overflow
-
-  # A loop that runs at most once rather than a cond: under vmap a cond computes both
-  # branches for every world, a loop only while some world of the batch overflows.
-  return jax.lax.while_loop(lambda s: s[1], all_rows, (fn(rows, compact), overflow))[0]
+  return unless_overflow(overflow, fn(rows, compact), lambda p: fn(config.rows, p), problem)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))

@@ -147,8 +147,8 @@ def transmission(m: Model, d: Data) -> Data:
       site = trnid0[act]
       rot = d.site_xmat[site]
       jacp, jacr = kinematics.jac(m, d, d.site_xpos[site], m.site_bodyid[site])
-      wrench_t = jnp.einsum("nij,nj->ni", rot, gear[act, :3])
-      wrench_r = jnp.einsum("nij,nj->ni", rot, gear[act, 3:])
+      wrench_t = math.mat_vec(rot, gear[act, :3])
+      wrench_r = math.mat_vec(rot, gear[act, 3:])
       rows = (jnp.einsum("nvi,ni->nv", jacp, wrench_t) + jnp.einsum("nvi,ni->nv", jacr, wrench_r))
       parts.append((outadr[act], jnp.zeros(act.size, dtype=dtype), rows))
 
@@ -230,12 +230,12 @@ def _site_refsite(m: Model, d: Data, site: np.ndarray, ref: np.ndarray, gear: ja
   jacp, jacr = kinematics.jac(m, d, d.site_xpos[site], m.site_bodyid[site])
   ref_jacp, ref_jacr = kinematics.jac(m, d, d.site_xpos[ref], m.site_bodyid[ref])
 
-  vec = jnp.einsum("nji,nj->ni", ref_rot, d.site_xpos[site] - d.site_xpos[ref])
-  wrench_t = jnp.einsum("nij,nj->ni", ref_rot, gear[:, :3])
+  vec = math.mat_t_vec(ref_rot, d.site_xpos[site] - d.site_xpos[ref])
+  wrench_t = math.mat_vec(ref_rot, gear[:, :3])
   rows_t = jnp.einsum("nvi,ni->nv", (jacp - ref_jacp) * keep, wrench_t)
 
   rotvec = math.quat_sub(_site_quat(m, d, site), _site_quat(m, d, ref))
-  wrench_r = jnp.einsum("nij,nj->ni", ref_rot, gear[:, 3:])
+  wrench_r = math.mat_vec(ref_rot, gear[:, 3:])
   rows_r = jnp.einsum("nvi,ni->nv", (jacr - ref_jacr) * keep, wrench_r)
   length = jnp.sum(vec * gear[:, :3], axis=-1) + jnp.sum(rotvec * gear[:, 3:], axis=-1)
   return length, rows_t + rows_r
