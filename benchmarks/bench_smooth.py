@@ -51,6 +51,9 @@ def parse_args(argv: list[str] | None, doc: str | None = None, models: tuple[str
   parser.add_argument("--no-flexor", action="store_true", help="skip flexor")
   parser.add_argument("--no-mjx", action="store_true", help="skip MJX (slow to compile)")
   parser.add_argument("--no-c", action="store_true", help="skip MuJoCo C (loop and rollout)")
+  parser.add_argument("--no-single", action="store_true",
+                      help="skip the single-environment scan (compile time is then the first "
+                           "batch's; for GPUs, where only batches matter)")
   parser.add_argument("--no-c-loop", action="store_true",
                       help="skip MuJoCo C's one-thread Python loop (slow at large batches); "
                            "its threaded rollout still runs")
@@ -120,23 +123,30 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
 
 
 def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Callable[[int], Any],
-                steps: int, batches: list[int], repeat: int) -> dict[str, Any]:
-  """Compile time, single-env step time and batched throughput of a JAX ``step(m, d)``."""
+                steps: int, batches: list[int], repeat: int, single: bool = True) -> dict[str, Any]:
+  """Compile time, single-env step time and batched throughput of a JAX ``step(m, d)``; without
+  ``single``, no single-env step time and the compile time of the first batch's scan."""
   import jax  # pylint: disable=import-outside-toplevel
 
   def run(m, d):
     return jax.lax.scan(lambda d, _: (step(m, d), None), d, None, length=steps)[0]
 
-  t0 = time.perf_counter()
-  single = jax.jit(run).lower(m, d1).compile()
-  result: dict[str, Any] = {"compile": time.perf_counter() - t0}
-  print(f"    compiled in {result['compile']:.1f} s", flush=True)
-  final = jax.block_until_ready(single(m, d1))
-  result["finite"] = bool(np.all(np.isfinite(np.asarray(final.qpos))))
-  result["step"] = best(lambda: jax.block_until_ready(single(m, d1)), repeat) / steps
+  result: dict[str, Any] = {"compile": None, "step": None, "finite": True}
+  if single:
+    t0 = time.perf_counter()
+    one = jax.jit(run).lower(m, d1).compile()
+    result["compile"] = time.perf_counter() - t0
+    print(f"    compiled in {result['compile']:.1f} s", flush=True)
+    final = jax.block_until_ready(one(m, d1))
+    result["finite"] = bool(np.all(np.isfinite(np.asarray(final.qpos))))
+    result["step"] = best(lambda: jax.block_until_ready(one(m, d1)), repeat) / steps
   for b in batches:
     db = batch_data(b)
+    t0 = time.perf_counter()
     batched = jax.jit(jax.vmap(run, in_axes=(None, 0))).lower(m, db).compile()
+    if result["compile"] is None:
+      result["compile"] = time.perf_counter() - t0
+      print(f"    B={b} compiled in {result['compile']:.1f} s", flush=True)
     final = jax.block_until_ready(batched(m, db))
     result["finite"] &= bool(np.all(np.isfinite(np.asarray(final.qpos))))
     result[b] = b * steps / best(lambda: jax.block_until_ready(batched(m, db)), repeat)
@@ -145,7 +155,7 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
 
 
 def run_flexor(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, batches: list[int],
-            repeat: int) -> dict[str, Any]:
+               repeat: int, single: bool = True) -> dict[str, Any]:
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import flexor  # pylint: disable=import-outside-toplevel
   from flexor.mjcf.from_mujoco import from_mujoco  # pylint: disable=import-outside-toplevel
@@ -157,11 +167,11 @@ def run_flexor(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, bat
     return d.replace(**{k: jnp.asarray(v[0] if b is None else v[:b], dtype=dtype)
                         for k, v in init.items()})
 
-  return _jax_engine(flexor.step, m, data(None), data, steps, batches, repeat)
+  return _jax_engine(flexor.step, m, data(None), data, steps, batches, repeat, single)
 
 
 def run_mjx(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, batches: list[int],
-         repeat: int) -> dict[str, Any]:
+            repeat: int, single: bool = True) -> dict[str, Any]:
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from mujoco import mjx  # pylint: disable=import-outside-toplevel
@@ -175,7 +185,7 @@ def run_mjx(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, batche
     d = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,) + x.shape), d0)
     return d.replace(**{k: jnp.asarray(v[:b], dtype=dtype) for k, v in init.items()})
 
-  return _jax_engine(mjx.step, m, data(None), data, steps, batches, repeat)
+  return _jax_engine(mjx.step, m, data(None), data, steps, batches, repeat, single)
 
 
 def run_mujoco(mj: Any, init: dict[str, np.ndarray], steps: int, batches: list[int],
@@ -293,9 +303,11 @@ def measure_model(name: str, mj: Any, init: dict[str, np.ndarray], args: argpars
   engines: list[tuple[str, Callable[[], Any]]] = []
   if not args.no_flexor:
     engines.append(
-        ("flexor", lambda: run_flexor(mj, init, args.dtype, args.steps, batches, args.repeat)))
+        ("flexor", lambda: run_flexor(mj, init, args.dtype, args.steps, batches, args.repeat,
+                                      not args.no_single)))
   if not args.no_mjx:
-    engines.append(("MJX", lambda: run_mjx(mj, init, args.dtype, args.steps, batches, args.repeat)))
+    engines.append(("MJX", lambda: run_mjx(mj, init, args.dtype, args.steps, batches, args.repeat,
+                                           not args.no_single)))
   rows = []
   for engine, measure in engines:
     t0 = time.perf_counter()
@@ -336,7 +348,7 @@ def print_tables(rows: list[tuple[str, str, dict[str, Any]]], batches: list[int]
     if engine == "flexor":
       continue
     fx = next(f for n, e, f in rows if n == name and e == "flexor")
-    ratio = lambda key: "-" if r[key] is None else f"{r[key] / fx[key]:.2f}"
+    ratio = lambda key: "-" if r[key] is None or fx[key] is None else f"{r[key] / fx[key]:.2f}"
     table.append([name, engine, ratio("compile"), ratio("step")]
                  + [f"{fx[b] / r[b]:.2f}" for b in batches])
   _print_markdown(table)
