@@ -21,13 +21,18 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 def _group(item) -> str:
   params = getattr(getattr(item, "callspec", None), "params", {})
   model = params.get("name", params.get("model"))
-  return f"model:{model}" if isinstance(model, str) else f"{item.module.__name__}::{item.originalname}"
+  if isinstance(model, str):
+    return f"model:{model}"
+  shared = sorted(name for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                  if defs[-1].scope == "module" and defs[-1].func.__module__ == item.module.__name__)
+  return f"{item.module.__name__}::{shared[0] if shared else item.originalname}"
 
 
 def pytest_itemcollected(item):
   """Groups the tests by model for pytest-xdist's ``--dist loadgroup``: every test of one model
   (its ``name`` or ``model`` parameter) runs in one worker, so each model's compiled programs are
-  built once and can be dropped afterwards; other parametrized tests stay with their function's
+  built once and can be dropped afterwards; tests sharing a module-scoped fixture of their module
+  run in one worker, which builds it once; other parametrized tests stay with their function's
   cache."""
   item.add_marker(pytest.mark.xdist_group(_group(item)))
 

@@ -462,6 +462,22 @@ def test_nconmax_overflow_is_counted():
                                 np.asarray(ref.contact_geom)[ref_exist][:6])
 
 
+def test_size_njmax_limits_no_rows_as_in_mujoco_4():
+  """MuJoCo 4.0 sizes its rows as a step needs and ignores <size njmax> (a box sunk into a
+  plane, njmax 5: 16 rows in MuJoCo and no warning); flexor's rows do not depend on it either."""
+  xml = ('<mujoco><size njmax="5"/><worldbody><geom type="plane" size="1 1 .1"/>'
+         '<body pos="0 0 .09"><freejoint/><geom type="box" size=".1 .1 .1"/></body>'
+         '</worldbody></mujoco>')
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  mujoco.mj_forward(mj, md)
+  m = flexor.load_mjcf_string(xml)
+  d = jax.jit(flexor.forward)(m, flexor.make_data(m))
+  assert md.nefc == int(d.nefc) == 16 and mj.njmax == 5
+  assert not any(w.number for w in md.warning)
+  assert relerr(d.qacc, md.qacc) < 1e-6
+
+
 def test_nconmax_groups_condims_and_keeps_the_solution():
   """Compacted per condim (the scene's pair has condim 1, the rest 3): the contacts of each
   condim in MuJoCo's order, and the same constraint solution."""

@@ -314,6 +314,33 @@ def test_float32_solve_reaches_the_float64_solution():
   assert err < 1e-4 * scale   # 1.0e-5 measured
 
 
+def test_one_newton_iteration_matches_mujoco_at_each_ls_tolerance():
+  """One Newton iteration from qacc_smooth (warmstart off) lands on MuJoCo's iterate, which
+  opt.ls_tolerance moves: at 1e10 each line search stops after the one Newton step on the 1-D
+  cost that MuJoCo always takes, at 0.01 (the default) it goes on to the line's minimum. The pile
+  of boxes and a sphere after 40 MuJoCo steps, its velocities perturbed so that the first
+  iterate is far from the optimum."""
+  xml = PILE_XML.replace('<option timestep="0.005"/>',
+                         '<option timestep="0.005"><flag warmstart="disable"/></option>')
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  mujoco.mj_step(mj, md, 40)
+  md.qvel[:] += 0.3 * np.random.default_rng(1).normal(size=mj.nv)
+  m = flexor.load_mjcf_string(xml)
+  d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  forward = jax.jit(flexor.forward)
+  theirs = []
+  for ls_tolerance in (1e10, 0.01):
+    mj.opt.iterations, mj.opt.ls_tolerance = 1, ls_tolerance
+    mujoco.mj_forward(mj, md)
+    theirs.append(md.qacc.copy())
+    ours = forward(m.replace(opt=m.opt.replace(iterations=1,
+                                               ls_tolerance=jnp.asarray(ls_tolerance))), d)
+    assert md.solver_niter[0] == 1 and int(ours.nefc) == md.nefc > 12
+    assert relerr(ours.qacc, md.qacc) < 1e-10, ls_tolerance     # 1.6e-13 measured
+  assert relerr(theirs[0], theirs[1]) > 1e-2                    # 0.13 measured
+
+
 @pytest.fixture(scope="module")
 def two_piles():
   """(model, batch): the pile after 40 steps (resting, 36 active rows of 76) and the same with

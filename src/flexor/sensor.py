@@ -72,11 +72,6 @@ def _frame_quats(m: Model, d: Data, objtype: np.ndarray, objid: np.ndarray) -> j
   return math.quat_mul(d.xquat[_frame_body(m, objtype, objid)], local[index])
 
 
-def _to_local(mat: jax.Array, v: jax.Array) -> jax.Array:
-  """mat' v for (n, 3, 3) and (n, 3)."""
-  return math.mat_t_vec(mat, v)
-
-
 def _spatial(m: Model, d: Data, motion: jax.Array, objtype: np.ndarray, objid: np.ndarray,
              local: bool) -> jax.Array:
   """A com-based motion vector of each object's body moved to the object (n, 6), in world or
@@ -87,7 +82,7 @@ def _spatial(m: Model, d: Data, motion: jax.Array, objtype: np.ndarray, objid: n
   ang = vec[:, :3]
   lin = vec[:, 3:] - math.cross(pos - d.subtree_com[m.body_rootid[body]], ang)
   if local:
-    ang, lin = _to_local(mat, ang), _to_local(mat, lin)
+    ang, lin = math.mat_t_vec(mat, ang), math.mat_t_vec(mat, lin)
   moving = (m.body_dofnum[m.body_weldid[body]] > 0)[:, None]
   return jnp.where(moving, jnp.concatenate([ang, lin], axis=-1), 0.0)
 
@@ -150,7 +145,7 @@ def _frame_axis(axis: int) -> _Compute:
   def compute(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
     _, mat = _frames(m, d, m.sensor_objtype[ids], m.sensor_objid[ids])
     value = mat[:, :, axis]
-    return _in_reference(m, d, ids, value, lambda ref_mat, _: _to_local(ref_mat, value))
+    return _in_reference(m, d, ids, value, lambda ref_mat, _: math.mat_t_vec(ref_mat, value))
   return compute
 
 
@@ -180,7 +175,7 @@ def _camprojection(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   from_fovy = (0.5 / jnp.tan(m.cam_fovy[cam] * np.pi / 360.0) * res[:, 1])[:, None]
   has_sensor = ((sensor[:, 0] != 0) & (sensor[:, 1] != 0))[:, None]
   focal = jnp.where(has_sensor, from_intrinsic, from_fovy)
-  local = _to_local(d.cam_xmat[cam], d.site_xpos[site] - d.cam_xpos[cam])
+  local = math.mat_t_vec(d.cam_xmat[cam], d.site_xpos[site] - d.cam_xpos[cam])
   depth = local[:, 2]
   depth = jnp.where(jnp.abs(depth) < math.MINVAL,
                     jnp.where(depth < 0, -math.MINVAL, math.MINVAL), depth)
@@ -190,7 +185,8 @@ def _camprojection(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
 
 def _framepos(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   pos, _ = _frames(m, d, m.sensor_objtype[ids], m.sensor_objid[ids])
-  return _in_reference(m, d, ids, pos, lambda ref_mat, ref_pos: _to_local(ref_mat, pos - ref_pos))
+  return _in_reference(m, d, ids, pos,
+                       lambda ref_mat, ref_pos: math.mat_t_vec(ref_mat, pos - ref_pos))
 
 
 def _inside(site_type: int, size: jax.Array, p: jax.Array) -> jax.Array:
@@ -321,7 +317,8 @@ def _frame_velocity(angular: bool) -> _Compute:
       rel = vel - ref_vel
       # linear velocity seen from the rotating reference frame
       rel_lin = rel[:, 3:] + math.cross(pos - ref_pos, ref_vel[:, :3])
-      rel = jnp.concatenate([_to_local(ref_mat, rel[:, :3]), _to_local(ref_mat, rel_lin)], axis=-1)
+      rel = jnp.concatenate([math.mat_t_vec(ref_mat, rel[:, :3]), math.mat_t_vec(ref_mat, rel_lin)],
+                            axis=-1)
       vel = jnp.where(has_ref[:, None], rel, vel)
     return vel[:, :3] if angular else vel[:, 3:]
   return compute
@@ -352,15 +349,15 @@ def _site_wrench(torque: bool) -> _Compute:
     body = m.site_bodyid[site]
     frc = d.cfrc_int[body]
     if not torque:
-      return _to_local(d.site_xmat[site], frc[:, 3:])
+      return math.mat_t_vec(d.site_xmat[site], frc[:, 3:])
     arm = d.site_xpos[site] - d.subtree_com[m.body_rootid[body]]
-    return _to_local(d.site_xmat[site], frc[:, :3] - math.cross(arm, frc[:, 3:]))
+    return math.mat_t_vec(d.site_xmat[site], frc[:, :3] - math.cross(arm, frc[:, 3:]))
   return compute
 
 
 def _magnetometer(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   mat = d.site_xmat[_objid(m, ids)]
-  return _to_local(mat, jnp.broadcast_to(m.opt.magnetic, (len(ids), 3)))
+  return math.mat_t_vec(mat, jnp.broadcast_to(m.opt.magnetic, (len(ids), 3)))
 
 
 def _subtree_mask(m: Model, ids: np.ndarray) -> np.ndarray:
@@ -392,7 +389,7 @@ def _subtreeangmom(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   spins plus m (xipos - com) x (v - v_com), the closed form of mj_subtreeVel's recursion."""
   body_vel = _body_velocity(m, d)
   linvel = _subtree_linvel(m, d, ids, body_vel)
-  spin_local = _to_local(d.ximat, body_vel[:, :3]) * m.body_inertia
+  spin_local = math.mat_t_vec(d.ximat, body_vel[:, :3]) * m.body_inertia
   spin = math.mat_vec(d.ximat, spin_local)                                   # (nbody, 3)
   com = d.subtree_com[_objid(m, ids)]
   arm = d.xipos[None, :, :] - com[:, None, :]                               # (n, nbody, 3)
@@ -430,15 +427,15 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   hit = jnp.zeros(len(slot), dtype=bool)
   for site_type in np.unique(m.site_type[site]):
     mine = np.flatnonzero(m.site_type[site[sensor]] == site_type)
+    mine_site, mine_slot = jnp.asarray(site[sensor[mine]]), jnp.asarray(slot[mine])
 
     def hits(rows: jax.Array | slice, valid: jax.Array) -> jax.Array:
       """Whether the rays of this site type's pairs mine[rows] (k,) meet their sites (k,)."""
       site_xpos, site_xmat, contact_pos, vec = rays
-      pair = jnp.asarray(mine)[rows]
-      own = jnp.asarray(site[sensor])[pair]
+      own = mine_site[rows]
       return valid & (jax.vmap(ray.PRIMITIVES[int(site_type)])(
           site_xpos[own], site_xmat[own], m.site_size[own],
-          contact_pos[jnp.asarray(slot)[pair]], vec[pair])[0] >= 0)
+          contact_pos[mine_slot[rows]], vec[mine][rows])[0] >= 0)
 
     # rays from the pushing contacts only
     pushed = constraint.over_active(pushing[mine], hits, jnp.zeros(len(mine), bool))

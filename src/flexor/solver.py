@@ -11,9 +11,10 @@ quadratic for limits, frictionless contacts and pyramid edges, and the three-zon
 elliptic contacts. The constraint force is ``efc_force = -ds/djar``.
 
 Newton: the Hessian ``M + J' H_s J`` is factored (a dense Cholesky of nv x nv per world) and
-the step is followed by an exact line search on the convex, piecewise-smooth 1-D cost, whose
-first and second derivatives are cheap given ``J search``. Both loops are ``lax.while_loop``
-with early exit at MuJoCo's tolerances. The iterations run on the active rows only, gathered
+the step is followed by a line search on the convex, piecewise-smooth 1-D cost, whose first
+and second derivatives are cheap given ``J search``, stopping as MuJoCo's at
+``tolerance * ls_tolerance``. Both loops are ``lax.while_loop`` with early exit at MuJoCo's
+tolerances. The iterations run on the active rows only, gathered
 into a fixed number of slots (``_capacity``): the row layout holds every contact a model could
 make, a running simulation has a few of them active, and every Hessian would otherwise sum them
 all. A world with more active rows than slots is solved on all rows.
@@ -195,16 +196,18 @@ def _evaluate(rows: _Rows, p: _Problem, qacc: jax.Array, jar: jax.Array) -> _Poi
 
 
 def _line_search(rows: _Rows, p: _Problem, x: _Point, search: jax.Array, jv: jax.Array,
-                 ls_iterations: int) -> jax.Array:
+                 gtol: jax.Array, ls_iterations: int) -> jax.Array:
   """The step alpha >= 0 minimising cost(qacc + alpha search), given jv = J search:
   safeguarded Newton on the derivative of the convex 1-D cost, keeping a bracket of the
   minimum.
 
-  It stops when the derivative is within 1e-12 of its start, or within its own rounding error
-  (16 ulps of the sum of its terms' magnitudes), or when a step no longer moves alpha. In
-  float32 the first is out of reach: without the others a world would search until
-  ls_iterations (on dm_control's humanoid, 20 evaluations per search on average instead of
-  1.5), and a batch of worlds runs as long as its slowest world."""
+  As MuJoCo's ``PrimalSearch`` it always takes one Newton step, then stops when the derivative
+  is under ``gtol`` (MuJoCo's tolerance * ls_tolerance * |search| / scale). It also stops, or
+  takes no step, when the derivative is within its own rounding error (16 ulps of the sum of its
+  terms' magnitudes), and stops when a step no longer moves alpha: in float32 gtol can be out of
+  reach, and without these a world would search until ls_iterations (on dm_control's humanoid,
+  20 evaluations per search on average instead of 1.5) while a batch of worlds runs as long as
+  its slowest world; a search that takes no step ends the Newton iterations."""
   lin = search @ (p.M @ (x.qacc - p.qacc_smooth))
   quad = search @ (p.M @ search)
   jv_cone = jv[rows.cone] * rows.cone_mask
@@ -220,11 +223,12 @@ def _line_search(rows: _Rows, p: _Problem, x: _Point, search: jax.Array, jv: jax
 
   zero = jnp.zeros((), x.qacc.dtype)
   g0, h0, noise0 = derivs(zero)
-  gtol = 1e-12 * jnp.abs(g0)
 
   def cond(state):
     it, _, g, _, noise, _, _, moved = state
-    return (it < ls_iterations) & (jnp.abs(g) > jnp.maximum(gtol, noise)) & moved
+    resolved = jnp.abs(g) > noise
+    return ((it == 0) & resolved) | (
+        (it < ls_iterations) & resolved & (jnp.abs(g) >= gtol) & moved)
 
   def body(state):
     it, alpha, g, h, _, lo, hi, _ = state
@@ -242,8 +246,10 @@ def _line_search(rows: _Rows, p: _Problem, x: _Point, search: jax.Array, jv: jax
 
 
 def _newton(rows: _Rows, p: _Problem, qacc0: jax.Array, tolerance: jax.Array,
-            scale: jax.Array, iterations: int, ls_iterations: int) -> jax.Array:
-  """Newton's method from qacc0, stopping as MuJoCo on a small scaled improvement or gradient.
+            ls_tolerance: jax.Array, scale: jax.Array, iterations: int,
+            ls_iterations: int) -> jax.Array:
+  """Newton's method from qacc0, stopping as MuJoCo on a small scaled improvement or gradient;
+  ``tolerance * ls_tolerance`` is the line search's (MuJoCo's ``opt.ls_tolerance``).
 
   An iterate carries J qacc - aref, moved along J search as MuJoCo's solver moves it, so that a
   step reads the (njmax, nv) Jacobian four times (Hessian, J search, J' force): on a GPU,
@@ -258,7 +264,8 @@ def _newton(rows: _Rows, p: _Problem, qacc0: jax.Array, tolerance: jax.Array,
     factor = jax.scipy.linalg.cho_factor(_hessian(rows, p, x.u), lower=True)
     search = -jax.scipy.linalg.cho_solve(factor, x.grad)
     jv = p.J @ search
-    alpha = _line_search(rows, p, x, search, jv, ls_iterations)
+    gtol = tolerance * ls_tolerance * jnp.linalg.norm(search) / scale
+    alpha = _line_search(rows, p, x, search, jv, gtol, ls_iterations)
     new = _evaluate(rows, p, x.qacc + alpha * search, x.jar + alpha * jv)
     done = ((scale * (x.cost - new.cost) < tolerance)
             | (scale * jnp.linalg.norm(new.grad) < tolerance) | (alpha == 0))
@@ -330,18 +337,18 @@ def _on_active_rows(config: _Config, problem: _Problem,
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _optimum(config: _Config, problem: _Problem, start: jax.Array, tolerance: jax.Array,
-             scale: jax.Array) -> jax.Array:
+             ls_tolerance: jax.Array, scale: jax.Array) -> jax.Array:
   """The minimiser qacc (nv,) of ``problem``, found by Newton from ``start``."""
   return _on_active_rows(config, problem, lambda rows, p: _newton(
-      rows, p, start, tolerance, scale, config.iterations, config.ls_iterations))
+      rows, p, start, tolerance, ls_tolerance, scale, config.iterations, config.ls_iterations))
 
 
 @_optimum.defjvp
 def _optimum_jvp(config: _Config, primals: tuple, tangents: tuple):
   """Implicit tangent: H dqacc = -(d gradient / d problem) dproblem at the optimum; the start and
   the stopping rule do not move the optimum."""
-  problem, start, tolerance, scale = primals
-  qacc = _optimum(config, problem, start, tolerance, scale)
+  qacc = _optimum(config, *primals)
+  problem = primals[0]
 
   def factor(rows: _Rows, p: _Problem) -> jax.Array:
     hessian = _hessian(rows, p, _update(rows, p, p.J @ qacc - p.aref))
@@ -365,6 +372,7 @@ def solve(m: Model, d: Data) -> Data:
     rows = _row_classes(m)
     p = _problem(m, d, rows)
     tolerance = jax.lax.stop_gradient(m.opt.tolerance)
+    ls_tolerance = jax.lax.stop_gradient(m.opt.ls_tolerance)
     scale = jax.lax.stop_gradient(1 / (m.stat_meaninertia * max(1, m.nv)))
     start = p.qacc_smooth
     if not m.opt.disabled(DisableBit.WARMSTART):
@@ -373,7 +381,7 @@ def solve(m: Model, d: Data) -> Data:
     start = jax.lax.stop_gradient(start)
 
     config = _Config(rows, m.opt.iterations, m.opt.ls_iterations)
-    qacc = _optimum(config, p, start, tolerance, scale)
+    qacc = _optimum(config, p, start, tolerance, ls_tolerance, scale)
     u = _update(rows, p, p.J @ qacc - p.aref)
     force = jnp.where(d.efc_active, u.force, 0.0)
     state = _state(rows, p, p.J @ qacc - p.aref, u, d.efc_active)

@@ -458,6 +458,7 @@ class Option(_Node):
   viscosity: jax.Array         # () Pa s, medium viscosity
   impratio: jax.Array          # ()
   tolerance: jax.Array         # ()
+  ls_tolerance: jax.Array      # () the line search's, relative to tolerance
   noslip_tolerance: jax.Array  # ()
   ccd_tolerance: jax.Array     # () m, GJK/EPA's convergence tolerance
   o_margin: jax.Array          # ()

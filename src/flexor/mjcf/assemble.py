@@ -20,7 +20,8 @@ from flexor.types import (_REQUIRED, JNT_NQ, JNT_NV, BiasType, DynType, GainType
 
 _OPTION_DEFAULTS: dict[str, Any] = dict(
     timestep=0.002, gravity=(0.0, 0.0, -9.81), wind=(0.0, 0.0, 0.0), magnetic=(0.0, -0.5, 0.0),
-    density=0.0, viscosity=0.0, impratio=1.0, tolerance=1e-8, noslip_tolerance=1e-6,
+    density=0.0, viscosity=0.0, impratio=1.0, tolerance=1e-8, ls_tolerance=0.01,
+    noslip_tolerance=1e-6,
     ccd_tolerance=1e-6, o_margin=0.0,
     o_solref=(0.02, 1.0), o_solimp=(0.9, 0.95, 0.001, 0.5, 2.0),
     o_friction=(1.0, 1.0, 0.005, 0.0001, 0.0001), contact_gradient_width=0.01,

@@ -101,8 +101,8 @@ def _option(source: Source, dtype: Any):
     for name, n in (("gravity", 3), ("wind", 3), ("magnetic", 3)):
       if r.has(name):
         values[name] = r.floats(name, n)
-    for name in ("density", "viscosity", "impratio", "tolerance", "noslip_tolerance",
-                 "ccd_tolerance", "o_margin"):
+    for name in ("density", "viscosity", "impratio", "tolerance", "ls_tolerance",
+                 "noslip_tolerance", "ccd_tolerance", "o_margin"):
       if r.has(name):
         values[name] = r.float(name)
     if values.get("impratio", 1.0) <= 0:

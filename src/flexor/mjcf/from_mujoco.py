@@ -51,7 +51,8 @@ def from_mujoco(m: Any, dtype: Any = None, convex: bool = True) -> Model:
   option = make_option(
       dtype, timestep=o.timestep, gravity=np.array(o.gravity), wind=np.array(o.wind),
       magnetic=np.array(o.magnetic), density=o.density, viscosity=o.viscosity,
-      impratio=o.impratio, tolerance=o.tolerance, noslip_tolerance=o.noslip_tolerance,
+      impratio=o.impratio, tolerance=o.tolerance, ls_tolerance=o.ls_tolerance,
+      noslip_tolerance=o.noslip_tolerance,
       ccd_tolerance=o.ccd_tolerance,
       ccd_iterations=o.ccd_iterations, o_margin=o.o_margin,
       o_solref=np.array(o.o_solref), o_solimp=np.array(o.o_solimp),
