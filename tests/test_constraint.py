@@ -15,7 +15,7 @@ import pytest
 
 import flexor
 from flexor import constraint, kinematics, solver
-from flexor.types import ConstraintType
+from flexor.types import ConstraintType, SolverType
 
 from support import float64_values, relerr
 
@@ -314,20 +314,26 @@ def test_float32_solve_reaches_the_float64_solution():
   assert err < 1e-4 * scale   # 1.0e-5 measured
 
 
-def test_one_newton_iteration_matches_mujoco_at_each_ls_tolerance():
-  """One Newton iteration from qacc_smooth (warmstart off) lands on MuJoCo's iterate, which
-  opt.ls_tolerance moves: at 1e10 each line search stops after the one Newton step on the 1-D
-  cost that MuJoCo always takes, at 0.01 (the default) it goes on to the line's minimum. The pile
-  of boxes and a sphere after 40 MuJoCo steps, its velocities perturbed so that the first
-  iterate is far from the optimum."""
-  xml = PILE_XML.replace('<option timestep="0.005"/>',
-                         '<option timestep="0.005"><flag warmstart="disable"/></option>')
+def _perturbed_pile(options: str = ""):
+  """(mj, md, m, d): the pile of boxes and a sphere after 40 MuJoCo steps, its velocities
+  perturbed so that the solver's first iterate is far from the optimum, in both engines; warm
+  start off, ``options`` added to <option>."""
+  xml = PILE_XML.replace('<option timestep="0.005"/>', f'<option timestep="0.005" {options}>'
+                         '<flag warmstart="disable"/></option>')
   mj = mujoco.MjModel.from_xml_string(xml)
   md = mujoco.MjData(mj)
   mujoco.mj_step(mj, md, 40)
   md.qvel[:] += 0.3 * np.random.default_rng(1).normal(size=mj.nv)
   m = flexor.load_mjcf_string(xml)
   d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  return mj, md, m, d
+
+
+def test_one_newton_iteration_matches_mujoco_at_each_ls_tolerance():
+  """One Newton iteration from qacc_smooth lands on MuJoCo's iterate, which opt.ls_tolerance
+  moves: at 1e10 each line search stops after the one Newton step on the 1-D cost that MuJoCo
+  always takes, at 0.01 (the default) it goes on to the line's minimum."""
+  mj, md, m, d = _perturbed_pile()
   forward = jax.jit(flexor.forward)
   theirs = []
   for ls_tolerance in (1e10, 0.01):
@@ -339,6 +345,48 @@ def test_one_newton_iteration_matches_mujoco_at_each_ls_tolerance():
     assert md.solver_niter[0] == 1 and int(ours.nefc) == md.nefc > 12
     assert relerr(ours.qacc, md.qacc) < 1e-10, ls_tolerance     # 1.6e-13 measured
   assert relerr(theirs[0], theirs[1]) > 1e-2                    # 0.13 measured
+
+
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_cg_iterates_match_mujoco(cone):
+  """MuJoCo's CG solver (``solver="CG"``: conjugate gradients preconditioned by M, Hager and
+  Zhang's directions) lands on MuJoCo's iterates: after 3 iterations whose line searches stop
+  after one Newton step (ls_tolerance 1e10; exact line searches would make the Hager-Zhang and
+  Polak-Ribiere directions agree), and where it stops at the default line search and at each
+  tolerance (11 to 20 iterations measured)."""
+  mj, md, m, d = _perturbed_pile(f'solver="CG" cone="{cone}"')
+  assert m.opt.solver == SolverType.CG
+  mj.opt.iterations, mj.opt.ls_tolerance = 3, 1e10
+  mujoco.mj_forward(mj, md)
+  ours = jax.jit(flexor.forward)(
+      m.replace(opt=m.opt.replace(iterations=3, ls_tolerance=jnp.asarray(1e10))), d)
+  assert md.solver_niter[0] == 3 and int(ours.nefc) == md.nefc > 12
+  assert relerr(ours.qacc, md.qacc) < 1e-10                     # 3.0e-14 measured
+  mj.opt.ls_tolerance = 0.01
+  mj.opt.iterations = m.opt.iterations
+  forward = jax.jit(flexor.forward)
+  for tolerance in (1e-1, 1e-3):
+    mj.opt.tolerance = tolerance
+    mujoco.mj_forward(mj, md)
+    assert md.solver_niter[0] > 10
+    ours = forward(m.replace(opt=m.opt.replace(tolerance=jnp.asarray(tolerance))), d)
+    assert relerr(ours.qacc, md.qacc) < 1e-10, tolerance        # 1.6e-14 measured
+
+
+def test_cg_solution_and_tangent_are_newtons():
+  """CG and Newton minimise the same cost: run to a tight tolerance they reach the same qacc
+  (CG to its stagnation on these stiff contacts), and its tangent (in qvel), the implicit one at
+  the optimum, is the same for both."""
+  _, _, m, d = _perturbed_pile('tolerance="1e-14"')
+  direction = jnp.asarray(np.random.default_rng(2).normal(size=m.nv))
+  results = []
+  for solver_type in (SolverType.CG, SolverType.NEWTON):
+    mm = m.replace(opt=m.opt.replace(solver=solver_type))
+    results.append(jax.jit(lambda v, mm=mm: jax.jvp(
+        lambda v: flexor.forward(mm, d.replace(qvel=v)).qacc, (v,), (direction,)))(d.qvel))
+  (cg, cg_dot), (newton, newton_dot) = results
+  assert relerr(cg, newton) < 1e-6                              # 4e-8 measured
+  assert relerr(cg_dot, newton_dot) < 1e-9                      # 0 measured
 
 
 @pytest.fixture(scope="module")

@@ -191,6 +191,40 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   return (jac, dist, margin, zero, active, d.contact_solref[slot], d.contact_solimp[slot], diag)
 
 
+def dof_trees(m: Model) -> tuple[np.ndarray, int]:
+  """(dof_tree (nv,), ntree): each dof's kinematic tree, numbered from 0 (static); a single
+  tree where islands are disabled (``opt.disableflags`` island)."""
+  if m.opt.disabled(DisableBit.ISLAND) or m.nv == 0:
+    return np.zeros(m.nv, np.int64), 1
+  roots, dof_tree = np.unique(m.body_rootid[m.dof_bodyid], return_inverse=True)
+  return dof_tree, len(roots)
+
+
+def islands(dof_tree: np.ndarray, ntree: int, J: jax.Array,
+            active: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(row labels (nrow,), dof labels (nv,)) in [0, ntree), equal for the rows and dofs of one
+  constraint island (mj_island: kinematic trees joined by the active rows whose Jacobians
+  touch them); ``dof_trees`` gives the trees. Inactive rows are labelled 0."""
+  if ntree == 1:
+    return jnp.zeros(J.shape[0], jnp.int32), jnp.zeros(J.shape[1], jnp.int32)
+  nonzero = (jnp.abs(jax.lax.stop_gradient(J)) > 0).astype(J.dtype)
+  touches = nonzero @ jax.nn.one_hot(dof_tree, ntree, dtype=J.dtype) > 0
+  touches = touches & active[:, None]
+
+  def spread(labels):
+    row = jnp.min(jnp.where(touches, labels[None, :], ntree), axis=1)
+    return jnp.minimum(labels, jnp.min(jnp.where(touches, row[:, None], ntree), axis=0))
+
+  def cond(state):
+    labels, previous = state
+    return jnp.any(labels != previous)
+
+  labels = jnp.arange(ntree)
+  labels = jax.lax.while_loop(cond, lambda s: (spread(s[0]), s[0]), (spread(labels), labels))[0]
+  rows = jnp.min(jnp.where(touches, labels[None, :], ntree), axis=1) % ntree
+  return rows, labels[dof_tree]
+
+
 def active_capacity(n: int) -> int | None:
   """How many of ``n`` conditional rows (limits, contacts) to carry as the active ones (static),
   or None for all: a quarter, at least 32, rounded up to a multiple of 8. A running simulation

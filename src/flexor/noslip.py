@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor.constraint import rows_of
-from flexor.types import ConstraintState, ConstraintType, Data, DisableBit, Model
+from flexor.constraint import dof_trees, islands, rows_of
+from flexor.types import ConstraintState, ConstraintType, Data, Model
 
 _MINVAL = 1e-15   # mjMINVAL
 _QCQP_ITERATIONS = 20
@@ -76,32 +76,6 @@ def _blocks(m: Model) -> tuple[_Blocks, _Blocks, _Blocks]:
   width = max((len(t) for t in tangents), default=1)
   return (pack([np.array([r]) for r in friction], list(friction), 1),
           pack(pairs, [p[0] for p in pairs], 2), pack(tangents, normals, width))
-
-
-def _islands(m: Model, J: jax.Array, active: jax.Array) -> tuple[jax.Array, jax.Array, int]:
-  """(row labels (njmax,), dof labels (nv,), count): labels in [0, count), equal for the rows
-  and dofs of one constraint island (mj_island: kinematic trees joined by the rows whose
-  Jacobians touch them); one label when islands are disabled."""
-  if m.opt.disabled(DisableBit.ISLAND) or m.nv == 0:
-    return jnp.zeros(m.njmax, jnp.int32), jnp.zeros(m.nv, jnp.int32), 1
-  roots, dof_tree = np.unique(m.body_rootid[m.dof_bodyid], return_inverse=True)
-  nonzero = (jnp.abs(jax.lax.stop_gradient(J)) > 0).astype(J.dtype)
-  touches = nonzero @ jax.nn.one_hot(dof_tree, len(roots), dtype=J.dtype) > 0
-  touches = touches & active[:, None]
-  big = len(roots)
-
-  def spread(labels):
-    row = jnp.min(jnp.where(touches, labels[None, :], big), axis=1)
-    return jnp.minimum(labels, jnp.min(jnp.where(touches, row[:, None], big), axis=0))
-
-  def cond(state):
-    labels, previous = state
-    return jnp.any(labels != previous)
-
-  labels = jnp.arange(len(roots))
-  labels = jax.lax.while_loop(cond, lambda s: (spread(s[0]), s[0]), (spread(labels), labels))[0]
-  rows = jnp.min(jnp.where(touches, labels[None, :], big), axis=1) % big
-  return rows, labels[dof_tree], big
 
 
 def _pivots(a: jax.Array) -> jax.Array:
@@ -288,7 +262,8 @@ def noslip(m: Model, d: Data) -> Data:
     contact = np.isin(m.efc_rowtype, (ConstraintType.CONTACT_PYRAMIDAL,
                                       ConstraintType.CONTACT_ELLIPTIC))
     friction = d.contact_friction[np.where(contact, m.efc_rowid, 0)]
-    island, dof_island, nisland = _islands(m, d.efc_J, d.efc_active)
+    dof_tree, nisland = dof_trees(m)
+    island, dof_island = islands(dof_tree, nisland, d.efc_J, d.efc_active)
     p = _Problem(d.efc_J, jax.scipy.linalg.cho_solve(factor, d.efc_J.T), d.efc_aref,
                  d.efc_frictionloss, friction, island, d.efc_active)
     # MuJoCo 4 scales an island's improvement by its dofs' current inertia, the trace of M
