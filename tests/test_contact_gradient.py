@@ -22,24 +22,8 @@ from flexor import examples
 from flexor.mjcf.from_mujoco import from_mujoco
 from flexor.rollout import rollout
 
-# A ball (x slide, damped) thrown at a wall 0.85 m away (face to surface) that slides on a rail.
-BALL_WALL = """
-<mujoco>
-  <option timestep="0.01" gravity="0 0 0"/>
-  <worldbody>
-    <body name="ball">
-      <joint name="x" type="slide" axis="1 0 0" damping="0.5"/>
-      <geom type="sphere" size="0.1" mass="1"/>
-    </body>
-    <body name="wall" pos="1 0 0">
-      <joint name="wx" type="slide" axis="1 0 0" damping="2"/>
-      <geom type="box" size="0.05 0.5 0.5" mass="2"/>
-    </body>
-  </worldbody>
-</mujoco>"""
-
-
-
+with open(examples.path("ball_wall")) as _f:
+  BALL_WALL = _f.read()
 with open(examples.path("block_push")) as _f:
   BLOCK_PUSH_XML = _f.read()
 with open(examples.path("finger_flick")) as _f:

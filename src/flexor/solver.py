@@ -14,8 +14,9 @@ Newton: the Hessian ``M + J' H_s J`` is factored (a dense Cholesky of nv x nv pe
 the step is followed by a line search on the convex, piecewise-smooth 1-D cost, whose first
 and second derivatives are cheap given ``J search``, stopping as MuJoCo's at
 ``tolerance * ls_tolerance``. CG (``solver="CG"``) replaces the Hessian by M, factored once,
-and conjugates its directions; it runs per constraint island, as MuJoCo's. PGS, a dual method,
-is not built: Newton solves its problem. The loops are ``lax.while_loop`` with early exit at
+and conjugates its directions. Both run per constraint island, as MuJoCo's: a line search, a
+scale and a stopping test per island. PGS, a dual method, is not built: Newton solves its
+problem. The loops are ``lax.while_loop`` with early exit at
 MuJoCo's tolerances. The iterations run on the active rows only, gathered into a fixed number
 of slots (``_capacity``): the row layout holds every contact a model could make, a running
 simulation has a few of them active, and every Hessian would otherwise sum them all. A world
@@ -311,7 +312,8 @@ def _step(rows: _Rows, p: _Problem, isl: _Islands, x: _Point, search: jax.Array,
                   x.jar + isl.spread(alpha, isl.row) * jv)
   improvement = scale * (_island_cost(rows, p, isl, x) - _island_cost(rows, p, isl, new))
   gradient = scale * isl.norm(new.grad, isl.dof)
-  return new, done | (improvement < tolerance) | (gradient < tolerance) | (alpha == 0)
+  return new, done | ((improvement > 0) & (improvement < tolerance)) | (gradient < tolerance) | (
+      alpha == 0)
 
 
 def _newton(rows: _Rows, p: _Problem, isl: _Islands, qacc0: jax.Array, tolerance: jax.Array,
@@ -322,20 +324,29 @@ def _newton(rows: _Rows, p: _Problem, isl: _Islands, qacc0: jax.Array, tolerance
   An iterate carries J qacc - aref, moved along J search as MuJoCo's solver moves it, so that a
   step reads the (njmax, nv) Jacobian four times (Hessian, J search, J' force): on a GPU,
   where a batch of Jacobians lives in memory, those reads are the step's cost. The Hessian is
-  block diagonal over the islands, so its Newton direction is each island's."""
+  block diagonal over the islands, so its Newton direction is each island's. Besides the
+  improvement and gradient tests, an island stops where its Newton decrement, the predicted
+  improvement 1/2 grad' H^-1 grad, is under the tolerance; it does not start where that and its
+  gradient are (MuJoCo's test of the gap 1/2 grad' M^-1 grad there is implied: H >= M)."""
+
+  def direction(x: _Point) -> tuple[jax.Array, jax.Array]:
+    """(H^-1 grad (nv,), scaled Newton decrement (count,)) at x."""
+    factor = jax.scipy.linalg.cho_factor(_hessian(rows, p, x.u), lower=True)
+    hgrad = jax.scipy.linalg.cho_solve(factor, x.grad)
+    return hgrad, 0.5 * scale * isl.dot(x.grad, hgrad, isl.dof)
 
   def body(state):
-    it, x, done = state
-    factor = jax.scipy.linalg.cho_factor(_hessian(rows, p, x.u), lower=True)
-    search = -jax.scipy.linalg.cho_solve(factor, x.grad)
-    new, done = _step(rows, p, isl, x, search, tolerance, ls_tolerance, scale, done,
+    it, x, hgrad, done = state
+    new, done = _step(rows, p, isl, x, -hgrad, tolerance, ls_tolerance, scale, done,
                       ls_iterations)
-    return it + 1, new, done
+    hgrad, decrement = direction(new)
+    return it + 1, new, hgrad, done | (decrement < tolerance)
 
   x0 = _evaluate(rows, p, qacc0, p.J @ qacc0 - p.aref)
-  done0 = scale * isl.norm(x0.grad, isl.dof) < tolerance
-  return jax.lax.while_loop(lambda s: (s[0] < iterations) & ~jnp.all(s[2]), body,
-                            (0, x0, done0))[1].qacc
+  hgrad0, decrement0 = direction(x0)
+  done0 = (scale * isl.norm(x0.grad, isl.dof) < tolerance) & (decrement0 < tolerance)
+  return jax.lax.while_loop(lambda s: (s[0] < iterations) & ~jnp.all(s[3]), body,
+                            (0, x0, hgrad0, done0))[1].qacc
 
 
 def _conjugate_gradient(rows: _Rows, p: _Problem, isl: _Islands, qacc0: jax.Array,
@@ -426,18 +437,16 @@ class _Config:
     self.capacity = _capacity(rows)
     # PGS solves the dual of the same problem; Newton stands in for it
     self.cg = m.opt.solver == SolverType.CG
-    self.per_island = self.cg and not m.opt.disabled(DisableBit.ISLAND)
+    self.per_island = not m.opt.disabled(DisableBit.ISLAND)
     self.trees = dof_trees(m)
 
 
 def _minimise(config: _Config, rows: _Rows, p: _Problem, start: jax.Array,
               tolerance: jax.Array, ls_tolerance: jax.Array, scale: jax.Array) -> jax.Array:
-  """The minimiser qacc (nv,) of problem p by CG or Newton from ``start``.
-
-  CG runs per constraint island as MuJoCo's: each island is scaled by the trace of its block of
-  M, and the dofs of trees no active row touches take qacc_smooth. Newton solves the islands
-  together, with MuJoCo's monolithic scale 1 / (meaninertia nv): its quadratic convergence
-  makes the difference rounding-level (1e-11 on three boxes in three islands, measured)."""
+  """The minimiser qacc (nv,) of problem p by CG or Newton from ``start``, per constraint
+  island as MuJoCo's solvers: each island is scaled by the trace of its block of M, and the
+  dofs of trees no active row touches take qacc_smooth. Where islands are disabled, one solve
+  scaled by 1 / (meaninertia nv)."""
   zeros = np.zeros(0, np.int32)
   isl = _Islands(zeros, zeros, zeros, 1)
   if config.per_island:

@@ -11,6 +11,8 @@
   trajectory optimisation through contact of ``flexor.ContactGradient``.
 * ``finger_flick``: a motorised finger flicks a free ball in zero gravity; the impact of
   ``flexor.gradient_report``'s example.
+* ``ball_wall``: a ball on a damped rail thrown at a wall on a rail of its own; the simplest
+  contact-gradient scene.
 
 ``arm``, ``creature`` and ``chain20`` have no contacts or joint limits: their dynamics are smooth.
 """
