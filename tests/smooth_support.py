@@ -184,8 +184,9 @@ def case(name: str) -> Case:
   return make_case(mujoco_model(support.model_paths()[name]))
 
 
-def model_names() -> list[str]:
-  return list(support.model_paths())
+def model_names() -> list:
+  """Every conformance model as a pytest parameter, those outside the default sweep slow."""
+  return support.sweep(support.model_paths())
 
 
 PASSIVE_FIELDS = ("qfrc_spring", "qfrc_damper", "qfrc_gravcomp", "qfrc_fluid", "qfrc_passive")

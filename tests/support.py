@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import mujoco
 import numpy as np
+import pytest
 
 import flexor
 from flexor import examples
@@ -58,6 +59,26 @@ def model_paths() -> dict[str, str]:
       if _loads_in_mujoco(path):
         paths[f"{prefix}/{rel}"] = path
   return paths
+
+
+# The models on which the default tier runs the per-model sweeps of the smooth pipeline
+# (kinematics, crb, rne, passive, forward): between them planar and 3D trees, free, ball, hinge
+# and slide joints, fluid forces, gravity compensation and mocap bodies, fixed tendons and
+# spatial ones with pulleys and wrapping, every actuator kind and transmission, contacts. Each
+# other model costs the default tier about ten seconds of compiling and adds no feature; `-m slow`
+# sweeps every model of model_paths(), and the compiler's conformance (test_mjcf) covers every
+# model in both tiers.
+SWEEP_DEFAULT = frozenset({
+    "dmc/humanoid", "dmc/cheetah", "dmc/fish", "gym/ant", "own/actuators", "own/actuators_v4",
+    "own/contact_surface", "own/inertia_auto", "own/options_keys", "own/passive_params",
+    "own/tendon_fixed", "own/tendon_params", "own/tendon_spatial", "own/tendon_wrap", "ex/arm",
+    "ex/muscle_arm", "ex/slider_crank", "ex/site_cubes"})
+
+
+def sweep(names) -> list:
+  """``names`` as pytest parameters, those outside SWEEP_DEFAULT in the slow tier."""
+  return [pytest.param(name, marks=() if name in SWEEP_DEFAULT else pytest.mark.slow)
+          for name in names]
 
 
 SMOOTH_ONLY = (mujoco.mjtDisableBit.mjDSBL_CONTACT | mujoco.mjtDisableBit.mjDSBL_CONSTRAINT

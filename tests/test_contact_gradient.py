@@ -99,7 +99,7 @@ def test_distance_gradient_under_vmap(ball_wall):
   np.testing.assert_allclose(batched, single, rtol=1e-10)
 
 
-@pytest.mark.slow  # block_push_descent is the default tier's descent check
+@pytest.mark.slow  # notebooks/contact_trajopt is the default tier's descent check
 def test_ball_wall_descent_reaches_target(ball_wall):
   """Gradient descent on v0 to move the wall by 0.2 m: from v0 = 0.6 the exact gradient is zero and the
   throw never changes; the DISTANCE gradient brings the wall to within 1 cm."""
@@ -147,6 +147,7 @@ def _control_task(xml: str, mode: str, width: float | None, target_qpos: int, ta
   return loss, m
 
 
+@pytest.mark.slow  # the default tier runs notebooks/contact_trajopt, which makes these checks
 def test_block_push_descent_reaches_target():
   """Pushing a block from 0.5 m to 0.7 m: with a constant 0.8 N the pusher stops 7 cm short and
   the exact gradient with respect to every control is zero; DISTANCE's is positive on the push

@@ -69,7 +69,7 @@ def _compare(name: str) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("field", FIELDS)
-@pytest.mark.parametrize("name", list(support.model_paths()))
+@pytest.mark.parametrize("name", support.sweep(support.model_paths()))
 def test_conforms(name: str, field: str):
   assert _compare(name)[field] <= TOL
 

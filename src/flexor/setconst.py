@@ -152,8 +152,10 @@ def _spring_lengths(m: Model, d: Data) -> jax.Array:
 
 
 # A one-shot evaluation: XLA's cheapest optimisation halves its compile time, which is most of
-# the cost of loading a model.
-_ONE_SHOT = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+# the cost of loading a model; on a CPU, the older elemental emitters compile it faster still
+# (dm_control's humanoid loads in 3.0 s instead of 3.6 s).
+_ONE_SHOT = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True,
+             "xla_cpu_use_fusion_emitters": False}
 
 
 @functools.partial(jax.jit, static_argnames=("dampratio", "springs"), compiler_options=_ONE_SHOT)
