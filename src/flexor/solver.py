@@ -231,7 +231,7 @@ class _Islands(NamedTuple):
     return v[0] if self.count == 1 else v[labels]
 
 
-def _island_cost(rows: _Rows, p: _Problem, isl: _Islands, x: _Point) -> jax.Array:
+def _island_cost(p: _Problem, isl: _Islands, x: _Point) -> jax.Array:
   """(count,) the cost of each island at x."""
   if isl.count == 1:
     return x.cost[None]
@@ -310,7 +310,7 @@ def _step(rows: _Rows, p: _Problem, isl: _Islands, x: _Point, search: jax.Array,
   alpha = _line_search(rows, p, isl, x, search, jv, gtol, ~done, ls_iterations)
   new = _evaluate(rows, p, x.qacc + isl.spread(alpha, isl.dof) * search,
                   x.jar + isl.spread(alpha, isl.row) * jv)
-  improvement = scale * (_island_cost(rows, p, isl, x) - _island_cost(rows, p, isl, new))
+  improvement = scale * (_island_cost(p, isl, x) - _island_cost(p, isl, new))
   gradient = scale * isl.norm(new.grad, isl.dof)
   return new, done | ((improvement > 0) & (improvement < tolerance)) | (gradient < tolerance) | (
       alpha == 0)
