@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from lxml import etree
 
-from flexor.mjcf import frames, inertia, mesh
+from flexor.mjcf import frames, inertia, mesh, replicate
 from flexor.mjcf.added_mass import FLUID_COEF, geom_fluid
 from flexor.mjcf.defaults import Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
@@ -175,14 +175,18 @@ class TreeCompiler:
     return out
 
   def _expand_replicates(self) -> None:
-    """Replaces each ``<replicate>`` by ``count`` ``<frame>`` elements holding renamed copies.
+    """Replaces each ``<replicate>`` by ``count`` ``<frame>`` elements holding renamed copies,
+    and copies the elements that refer into it (:mod:`flexor.mjcf.replicate`).
 
     Copy i sits in the i-fold composition of the (offset, euler) step and its names get ``sep``
-    and the index zero-padded to the width of ``count``, as in MuJoCo. Frames carry the pose
-    as exact decimal text (``repr`` round-trips float64).
+    and the index zero-padded to the width of ``count``, as in MuJoCo. Nested replicates expand
+    innermost first, as MuJoCo reads them, so an inner suffix precedes an outer one. Frames carry
+    the pose as exact decimal text (``repr`` round-trips float64).
     """
+    root = self.source.root
     while True:
-      element = next(iter(self.source.root.iter("replicate")), None)
+      element = next((e for e in root.iter("replicate")
+                      if next(e.iterdescendants("replicate"), None) is None), None)
       if element is None:
         return
       r = self.reader(element, use_defaults=False)
@@ -198,7 +202,7 @@ class TreeCompiler:
         raise r.error(str(e), "euler") from None
       sep = element.get("sep", "")
       pos, quat = np.zeros(3), _UNIT.copy()
-      anchor = element
+      anchor, copies = element, []
       for i in range(count):
         frame = etree.Element("frame", pos=" ".join(repr(float(x)) for x in pos),
                               quat=" ".join(repr(float(x)) for x in quat))
@@ -214,8 +218,23 @@ class TreeCompiler:
           frame.append(child_copy)
         anchor.addnext(frame)
         anchor = frame
+        copies.append((frame, suffix))
         pos, quat = frames.frame_accum(pos, quat, offset, step)
+      replicate.copy_dependents(root, element, copies, self._read_through)
       element.getparent().remove(element)
+
+  def _read_through(self, element: etree._Element) -> list[etree._Element]:
+    """The worldbody elements up to the end of ``element``, in document order."""
+    last = element
+    while len(last):
+      last = last[-1]
+    out = []
+    for world in self.source.root.iterchildren("worldbody"):
+      for e in world.iter():
+        out.append(e)
+        if e is last:
+          return out
+    return out
 
   def _body_contents(self, bodyid: int, items) -> None:
     """Joints, geoms, sites and inertia of body ``bodyid``, then its child bodies in order."""
