@@ -24,7 +24,7 @@ from flexor.mjcf.assemble import assemble, make_option
 from flexor.mjcf.compile_actuator import compile_actuators
 from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCompiler,
                                       check_moving_mass, check_unique_names)
-from flexor.mjcf.compile_contact import compile_contact, paired_geom_names
+from flexor.mjcf.compile_contact import compile_contact
 from flexor.mjcf.compile_equality import compile_equality
 from flexor.mjcf.compile_sensor import compile_sensors
 from flexor.mjcf.compile_tendon import compile_tendons
@@ -307,25 +307,38 @@ def _mesh_fields(source: Source, infos: list[Any], colliding: set[int]) -> dict[
               mesh_polymap=np.array([p for at in polymap for p in at], np.int32))
 
 
-def _colliding_meshes(fields: dict[str, Any], paired: set[str]) -> set[int]:
-  """Ids of the meshes some mesh geom uses that has contype or conaffinity or is in a pair
+def _colliding_meshes(fields: dict[str, Any], referred: set[str]) -> set[int]:
+  """Ids of the meshes some mesh geom uses that has contype or conaffinity or is referred to
   (MuJoCo's SetNeedHull)."""
   g_type, dataid = fields["geom_type"], fields["geom_dataid"]
   names = fields["names_geom"]
   return {int(dataid[i]) for i in range(len(g_type))
           if g_type[i] == GeomType.MESH and dataid[i] >= 0
-          and (fields["geom_contype"][i] or fields["geom_conaffinity"][i] or names[i] in paired)}
+          and (fields["geom_contype"][i] or fields["geom_conaffinity"][i] or names[i] in referred)}
 
 
-def _discard_visual(tree: Tree, infos: list[Any], paired: set[str]) -> list[Any]:
-  """``<compiler discardvisual>``: drops geoms that neither collide nor are collided with (by
-  contype/conaffinity or a ``<pair>``, names in ``paired``) nor use the ellipsoid fluid model
+def _nonvisual_geom_names(source: Source) -> set[str]:
+  """Names of the geoms a ``<pair>``, a tendon's path, a sensor or a ``<tuple>`` refers to:
+  MuJoCo marks them as not visual (``SetNotVisual``), so ``<compiler discardvisual>`` keeps them
+  even without contype or conaffinity."""
+  refs = [(e, a) for kind in ("contact", "tendon", "sensor") for section in source.sections(kind)
+          for e in section.iter() if isinstance(e.tag, str)
+          for a in ("geom", "geom1", "geom2") if e.get(a) is not None]
+  refs += [(e, f"{side}name") for kind in ("sensor", "custom") for section in
+           source.sections(kind) for e in section.iter() if isinstance(e.tag, str)
+           for side in ("obj", "ref") if e.get(f"{side}type") == "geom"]
+  return {e.get(a) for e, a in refs}
+
+
+def _discard_visual(tree: Tree, infos: list[Any], referred: set[str]) -> list[Any]:
+  """``<compiler discardvisual>``: drops geoms that neither collide (by contype/conaffinity) nor
+  are referred to (names in ``referred``) nor use the ellipsoid fluid model
   (after they counted for inertia, as in MuJoCo), the meshes no remaining geom uses, and every
   material."""
   g = tree.geom
   keep = [i for i in range(len(g["type"]))
           if g["contype"][i] or g["conaffinity"][i] or g["fluid"][i][0] > 0
-          or g["name"][i] in paired]
+          or g["name"][i] in referred]
   for key in g:
     g[key] = [g[key][i] for i in keep]
   used = sorted({d for d, t in zip(g["dataid"], g["type"]) if t == GeomType.MESH})
@@ -436,12 +449,13 @@ def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str,
   tree = builder.compile()
   check_unique_names(source, tree)
   infos = [info for _, info in sorted(meshes.values(), key=lambda item: item[0])]
+  referred = _nonvisual_geom_names(source)
   if compiler.discardvisual:
-    infos = _discard_visual(tree, infos, paired_geom_names(source))
+    infos = _discard_visual(tree, infos, referred)
     materials = {}
   fields = builder.finish()
   fields["site_type"] = np.array(tree.site["type"], dtype=np.int32)
-  fields.update(_mesh_fields(source, infos, _colliding_meshes(fields, paired_geom_names(source))))
+  fields.update(_mesh_fields(source, infos, _colliding_meshes(fields, referred)))
   fields.update(hfield.hfield_fields([h for _, h in sorted(hfields.values(), key=lambda i: i[0])]))
   fields["mat_rgba"] = np.array([rgba for _, rgba in sorted(materials.values(),
                                                           key=lambda i: i[0])],

@@ -28,14 +28,6 @@ _FRICTION = (1.0, 1.0, 0.005, 0.0001, 0.0001)
 _CONDIMS = (1, 3, 4, 6)
 
 
-def paired_geom_names(source: Source) -> set[str]:
-  """Names of the geoms some ``<pair>`` refers to: MuJoCo marks them as not visual, so
-  ``<compiler discardvisual>`` keeps them even without contype or conaffinity."""
-  return {element.get(attr) for section in source.sections("contact") for element in section
-          if element.tag == "pair" for attr in ("geom1", "geom2")
-          if element.get(attr) is not None}
-
-
 def _signature(body1: int, body2: int) -> int:
   return (body1 << 16) + body2
 
