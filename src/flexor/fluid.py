@@ -119,6 +119,11 @@ def _max_moment(size: jax.Array, axis: int) -> jax.Array:
   return 8.0 / 15.0 * jnp.pi * d0 * jnp.maximum(d1, d2) ** 4
 
 
+def _ratio(a: jax.Array, b: jax.Array) -> jax.Array:
+  """a / b, 0 where b = 0."""
+  return jnp.where(b > 0, a / jnp.where(b > 0, b, 1.0), 0.0)
+
+
 def _viscous(lang: jax.Array, llin: jax.Array, density: jax.Array, viscosity: jax.Array,
              size: jax.Array, coef: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Drag and lift of an ellipsoid in a fluid (mj_viscousForces).
@@ -132,7 +137,6 @@ def _viscous(lang: jax.Array, llin: jax.Array, density: jax.Array, viscosity: ja
   """
   blunt, slender, angular, kutta, magnus = (coef[:, i:i + 1] for i in range(5))
   s0, s1, s2 = size[:, 0:1], size[:, 1:2], size[:, 2:3]
-  v0, v1, v2 = llin[:, 0:1], llin[:, 1:2], llin[:, 2:3]
   volume = 4.0 / 3.0 * jnp.pi * s0 * s1 * s2
   d_max = jnp.max(size, axis=-1, keepdims=True)
   d_min = jnp.min(size, axis=-1, keepdims=True)
@@ -141,15 +145,20 @@ def _viscous(lang: jax.Array, llin: jax.Array, density: jax.Array, viscosity: ja
 
   magnus_force = math.cross(lang, llin) * (magnus * density * volume)
 
-  # Projection of the ellipsoid along the velocity: area and the normal of the cross-section.
-  proj_denom = (s1 * s2) ** 4 * v0**2 + (s2 * s0) ** 4 * v1**2 + (s0 * s1) ** 4 * v2**2
-  proj_num = (s1 * s2 * v0) ** 2 + (s2 * s0 * v1) ** 2 + (s0 * s1 * v2) ** 2
-  a_proj = jnp.pi * math.safe_sqrt(proj_denom / jnp.maximum(math.MINVAL, proj_num))
-  normal = jnp.concatenate([(s1 * s2) ** 2 * v0, (s2 * s0) ** 2 * v1, (s0 * s1) ** 2 * v2], -1)
+  # Projection of the ellipsoid along the flow direction u: area and the normal of the
+  # cross-section. Both depend on the direction only; MuJoCo 4.0 computes them without
+  # MuJoCo 3's mjMINVAL floors, which changed the forces of thin bodies (a playing card) at
+  # walking speeds, so they are formed from u, where no floor is needed.
   speed = math.safe_norm(llin, keepdims=True)
-  cos_alpha = proj_num / jnp.maximum(math.MINVAL, speed * proj_denom)
-  circulation = math.cross(normal, llin) * (kutta * density * cos_alpha * a_proj)
-  kutta_force = math.cross(circulation, llin)
+  u = jnp.where(speed > 0, llin / jnp.where(speed > 0, speed, 1.0), jnp.ones_like(llin))
+  u0, u1, u2 = u[:, 0:1], u[:, 1:2], u[:, 2:3]
+  proj_denom = (s1 * s2) ** 4 * u0**2 + (s2 * s0) ** 4 * u1**2 + (s0 * s1) ** 4 * u2**2
+  proj_num = (s1 * s2 * u0) ** 2 + (s2 * s0 * u1) ** 2 + (s0 * s1 * u2) ** 2
+  a_proj = jnp.pi * math.safe_sqrt(_ratio(proj_denom, proj_num))
+  # Kutta lift cos(alpha) A_proj ((diag(s1 s2, s2 s0, s0 s1)^2 v) x v) x v, in u
+  normal = jnp.concatenate([(s1 * s2) ** 2 * u0, (s2 * s0) ** 2 * u1, (s0 * s1) ** 2 * u2], -1)
+  lift = jnp.pi * math.safe_sqrt(_ratio(proj_num, proj_denom)) * speed**2
+  kutta_force = math.cross(math.cross(normal, u), u) * (kutta * density * lift)
 
   # Stokes drag of the sphere with the mean diameter, plus quadratic drag.
   sphere_d = 2.0 / 3.0 * (s0 + s1 + s2)
