@@ -109,6 +109,14 @@ _CASES = [
      "unknown joint"),
     ("unknown_mesh", _body("<joint/><geom type='mesh' mesh='nope'/>"), 4, "geom", "mesh",
      "unknown mesh 'nope'"),
+    ("unknown_fitted_mesh", _body("<joint/><geom type='box' mesh='nope'/>"), 4, "geom",
+     "mesh", "unknown mesh 'nope'"),
+    ("fitted_mesh_fromto", "<mujoco>\n<asset>\n<mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/>"
+     "\n</asset>\n<worldbody>\n<geom type='capsule' mesh='m' fromto='0 0 0 0 0 1'/>\n"
+     "</worldbody>\n</mujoco>", 6, "geom", "fromto", "fromto cannot be used with mesh geom"),
+    ("fitted_mesh_plane", "<mujoco>\n<asset>\n<mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/>"
+     "\n</asset>\n<worldbody>\n<geom type='plane' size='1 1 1' mesh='m'/>\n</worldbody>\n"
+     "</mujoco>", 6, "geom", "type", "invalid geom type in fitting mesh"),
     ("unknown_material", _body("<joint/><geom size='.1' material='nope'/>"), 4, "geom",
      "material", "unknown material 'nope'"),
     ("repeated_material", "<mujoco>\n<asset>\n<material name='a'/>\n<material name='a'/>\n"
@@ -365,8 +373,6 @@ _UNSUPPORTED = [
      "<body name='b' pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody><deformable>"
      "<flex name='f' dim='1' body='a b' vertex='0 0 0 0 0 0' element='0 1'/></deformable>"
      "</mujoco>", 1, "flex", None),
-    ("geom_fitted_to_mesh", "<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/>"
-     "</asset><worldbody><geom type='box' mesh='m'/></worldbody></mujoco>", 1, "geom", "mesh"),
     ("mesh_maxhullvert", "<mujoco><asset><mesh name='m' maxhullvert='5' vertex='0 0 0 1 0 0 "
      "0 1 0 0 0 1 1 1 0 1 0 1 0 1 1 1 1 1'/></asset><worldbody><geom type='mesh' mesh='m'/>"
      "</worldbody></mujoco>", 1, "mesh", "maxhullvert"),

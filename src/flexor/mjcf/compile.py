@@ -86,6 +86,7 @@ def _compiler(source: Source) -> Compiler:
       raise r.error("aligning free bodies with their inertial frames (alignfree) is not "
                     "supported by flexor yet", "alignfree")
     c.discardvisual = r.bool("discardvisual", c.discardvisual)
+    c.fitaabb = r.bool("fitaabb", c.fitaabb)
   return c
 
 

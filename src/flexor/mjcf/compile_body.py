@@ -58,6 +58,7 @@ class Compiler:
   meshdir: str | None = None
   texturedir: str | None = None
   discardvisual: bool = False
+  fitaabb: bool = False
 
 
 @dataclasses.dataclass
@@ -413,13 +414,13 @@ class TreeCompiler:
         pos, quat, size = inertia.geom_fromto(gtype, fromto, size)
       except ValueError as e:
         raise r.error(str(e), "fromto") from None
-    if gtype == GeomType.MESH:
+    if gtype == GeomType.MESH or (gtype == GeomType.SDF and r.has("mesh")):
       name = r.text("mesh")
       if name is None or name not in self.meshes:
         raise r.error(f"unknown mesh {name!r}" if name else "mesh geom needs a 'mesh'", "mesh")
       dataid, mesh_info = self.meshes[name]
       pos, quat, size = self._mesh_frame(r, pos, quat, mesh_info)
-      surfacevel = mesh.surface_velocity(surfacevel, mesh_info)
+      surfacevel = mesh.surface_velocity(surfacevel, mesh_info.pos, mesh_info.quat)
     elif gtype == GeomType.HFIELD:
       name = r.text("hfield")
       if name is None or name not in self.hfields:
@@ -428,10 +429,9 @@ class TreeCompiler:
       dataid, hfield_size = self.hfields[name][0], self.hfields[name][1].size
       size = np.array([hfield_size[0], hfield_size[1],
                        0.5 * (0.5 * hfield_size[2] + hfield_size[3])])
+    elif r.has("mesh"):
+      pos, quat, size, surfacevel = self._fit_to_mesh(r, gtype, pos, quat, surfacevel)
     else:
-      if r.has("mesh"):
-        raise r.error("fitting a primitive geom to a mesh is not supported by flexor yet",
-                      "mesh")
       self._check_size(r, gtype, size)
     pos, quat = self.in_frame(frame, pos, quat)
     density = r.float("density", 1000.0)
@@ -469,6 +469,22 @@ class TreeCompiler:
         name=element.get("name", ""), element=element, mass=gmass, inertia=ginertia)
     for key, value in values.items():
       g[key].append(value)
+
+  def _fit_to_mesh(self, r: Reader, gtype: int, pos, quat, surfacevel):
+    """A primitive geom with a ``mesh``: MuJoCo fits its size to the mesh and composes the
+    mesh frame into its own; the geom keeps no mesh."""
+    name = r.text("mesh")
+    if name not in self.meshes:
+      raise r.error(f"unknown mesh {name!r}", "mesh")
+    if r.has("fromto"):
+      raise r.error("fromto cannot be used with mesh geom", "fromto")
+    try:
+      size, mesh_pos, mesh_quat = mesh.fit_geom(gtype, self.meshes[name][1],
+                                                self.compiler.fitaabb, r.float("fitscale", 1.0))
+    except ValueError as e:
+      raise r.error(str(e), "type") from None
+    pos, quat = frames.frame_accum(pos, quat, mesh_pos, mesh_quat)
+    return pos, quat, size, mesh.surface_velocity(surfacevel, mesh_pos, mesh_quat)
 
   @staticmethod
   def _mesh_frame(r: Reader, pos, quat, mesh_info):

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from flexor.mjcf import frames, inertia
+from flexor.types import GeomType
 
 _MINVAL = 1e-15  # mjMINVAL
 _EPS = 1e-14  # mjEPS
@@ -738,17 +739,58 @@ def mesh_geom(geom_pos: Sequence[float], geom_quat: Sequence[float],
   return pos, quat, size
 
 
-def surface_velocity(surfacevel: np.ndarray, info: MeshInfo) -> np.ndarray:
+def fit_geom(gtype: int, info: MeshInfo, fitaabb: bool,
+             fitscale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """A primitive geom fitted to a mesh (``mjCMesh::FitGeom``): to the mesh's inertia box, or
+  with ``fitaabb`` to the smallest primitive whose bounding box holds the mesh's.
+
+  Returns:
+    size (3,), scaled by ``fitscale``; pos (3,) and quat (4,): the frame the MJCF geom's frame
+    composes with (the mesh frame, moved to the bounding box's center with ``fitaabb``).
+  """
+  size, center = np.zeros(3), np.zeros(3)
+  if not fitaabb:
+    b = [float(x) for x in info.inertia_box]
+    if gtype == GeomType.SPHERE:
+      size[0] = (b[0] + b[1] + b[2]) / 3
+    elif gtype == GeomType.CAPSULE:
+      size[0] = (b[0] + b[1]) / 2
+      size[1] = max(0.0, b[2] - size[0] / 2)
+    elif gtype == GeomType.CYLINDER:
+      size[:2] = (b[0] + b[1]) / 2, b[2]
+    elif gtype in (GeomType.ELLIPSOID, GeomType.BOX):
+      size[:] = b
+    else:
+      raise ValueError("invalid geom type in fitting mesh")
+  else:
+    a = [float(x) for x in info.aamm]
+    center = np.array([(a[i] + a[i + 3]) / 2 for i in range(3)])
+    half = [a[i + 3] - center[i] for i in range(3)]
+    if gtype == GeomType.SPHERE:
+      size[0] = max(max(half[0], half[1]), half[2])
+    elif gtype in (GeomType.CAPSULE, GeomType.CYLINDER):
+      size[:2] = max(half[0], half[1]), half[2]
+      if gtype == GeomType.CAPSULE:
+        size[1] -= size[0]
+    elif gtype in (GeomType.ELLIPSOID, GeomType.BOX):
+      size[:] = half
+    else:
+      raise ValueError("invalid fittype in mesh")
+  pos = np.array(frames.rot_vec_quat(center, info.quat)) + info.pos
+  return size * fitscale, pos, np.asarray(info.quat)
+
+
+def surface_velocity(surfacevel: np.ndarray, pos: np.ndarray, quat: np.ndarray) -> np.ndarray:
   """A mesh geom's ``surfacevel`` (6,) (linear m/s, angular rad/s), given in the MJCF geom's
-  frame, in the compiled frame that absorbed the mesh frame (``mesh_geom``): the angular part's
-  origin moves to the mesh frame's origin, so the linear part gains omega x pos, and both are
-  rotated into the mesh frame."""
+  frame, in the compiled frame that absorbed the mesh frame (``pos``, ``quat``): the angular
+  part's origin moves to the mesh frame's origin, so the linear part gains omega x pos, and both
+  are rotated into the mesh frame."""
   if not np.any(surfacevel):
     return surfacevel
-  (w0, w1, w2), p = surfacevel[3:], [float(x) for x in info.pos]
+  (w0, w1, w2), p = surfacevel[3:], [float(x) for x in pos]
   linear = surfacevel[:3] + np.array([w1 * p[2] - w2 * p[1], w2 * p[0] - w0 * p[2],
                                       w0 * p[1] - w1 * p[0]])
-  q = [float(x) for x in info.quat]
+  q = [float(x) for x in quat]
   inverse = [q[0], -q[1], -q[2], -q[3]]
   return np.array(frames.rot_vec_quat(linear, inverse)
                   + frames.rot_vec_quat(surfacevel[3:], inverse))
