@@ -177,9 +177,11 @@ def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
   """The convex hulls of mesh geoms (n,), padded to a common size (n, H, ...). Vertices and
   polygon normals are gathered from the traced mesh_vert and mesh_polynormal, so they carry
   derivatives."""
-  tables = [_hull_tables(m, int(m.geom_dataid[g])) for g in geoms]
+  # the tables are per mesh: a scene of many geoms shares few meshes
+  meshes, index = np.unique(np.asarray(m.geom_dataid)[geoms], return_inverse=True)
+  tables = [_hull_tables(m, int(mesh)) for mesh in meshes]
   size = lambda key, axis: max(t[key].shape[axis] for t in tables)
-  n, h, d, p = len(geoms), size("ids", 0), size("nbr", 1), size("poly", 1)
+  n, h, d, p = len(meshes), size("ids", 0), size("nbr", 1), size("poly", 1)
   ids, nbr = np.zeros((n, h), np.int64), np.full((n, h, d), -1, np.int32)
   poly, quad = np.full((n, h, p), -1), np.full((n, h, p, 3), -1, np.int32)
   for k, t in enumerate(tables):
@@ -190,6 +192,7 @@ def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
     poly[k, :rows, :cols] = t["poly"]
     quad[k, :rows, :cols] = t["quad"]
   start = np.stack([t["start"] for t in tables]).astype(np.int32)
+  ids, nbr, poly, quad, start = (x[index] for x in (ids, nbr, poly, quad, start))
   vertadr = m.mesh_vertadr[m.geom_dataid[geoms]]
   normals = (m.mesh_polynormal if m.nmeshpoly
              else jnp.zeros((1, 3), m.mesh_vert.dtype))  # no polygons: every face_ok is False
