@@ -365,10 +365,6 @@ _UNSUPPORTED = [
                              "<extension><plugin plugin='mujoco.pid'><instance name='p'>"
                              "<config key='kp' value='1'/></instance></plugin></extension>"),
      17, "plugin", "instance"),
-    ("compiler_alignfree", "<mujoco><compiler alignfree='true'/><worldbody><body><freejoint/>"
-     "<geom size='1'/></body></worldbody></mujoco>", 1, "compiler", "alignfree"),
-    ("freejoint_align", "<mujoco><worldbody><body><freejoint align='true'/><geom size='1'/>"
-     "</body></worldbody></mujoco>", 1, "freejoint", "align"),
     ("flex", "<mujoco><worldbody><body name='a'><freejoint/><geom size='.1'/></body>"
      "<body name='b' pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody><deformable>"
      "<flex name='f' dim='1' body='a b' vertex='0 0 0 0 0 0' element='0 1'/></deformable>"

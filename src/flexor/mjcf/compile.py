@@ -82,9 +82,7 @@ def _compiler(source: Source) -> Compiler:
     c.texturedir = r.text("texturedir", c.texturedir)
     if r.bool("fusestatic", False):
       raise r.error("fusestatic is not supported by flexor yet", "fusestatic")
-    if r.bool("alignfree", False):
-      raise r.error("aligning free bodies with their inertial frames (alignfree) is not "
-                    "supported by flexor yet", "alignfree")
+    c.alignfree = r.bool("alignfree", c.alignfree)
     c.discardvisual = r.bool("discardvisual", c.discardvisual)
     c.fitaabb = r.bool("fitaabb", c.fitaabb)
   return c

@@ -39,6 +39,8 @@ _UNIT = np.array([1.0, 0.0, 0.0, 0.0])
 _CAMLIGHT = {"fixed": 0, "track": 1, "trackcom": 2, "targetbody": 3, "targetbodycom": 4}
 INERTIA_FROM_GEOM = {"false": 0, "true": 1, "auto": 2}
 _FLUID_SHAPES = {"none": 0, "ellipsoid": 1}
+_ALIGN = {"false": 0, "true": 1, "auto": 2}
+_ALIGNED = ("geom", "site", "cam", "light")  # the body's elements free-joint alignment moves
 
 
 
@@ -59,6 +61,7 @@ class Compiler:
   texturedir: str | None = None
   discardvisual: bool = False
   fitaabb: bool = False
+  alignfree: bool = False
 
 
 @dataclasses.dataclass
@@ -261,7 +264,8 @@ class TreeCompiler:
     for element, frame in items:
       if element.tag in ("joint", "freejoint"):
         self._joint(bodyid, element, frame)
-    first_geom = len(self.tree.geom["type"])
+    first = {kind: len(getattr(self.tree, kind)["bodyid"]) for kind in _ALIGNED}
+    first_geom = first["geom"]
     for element, frame in items:
       if element.tag == "geom":
         self._geom(bodyid, element, frame)
@@ -274,6 +278,8 @@ class TreeCompiler:
     if bodyid > 0:
       inertial = [e for e, _ in items if e.tag == "inertial"]
       self._inertial(bodyid, inertial[0] if inertial else None, first_geom)
+      if free and not any(e.tag == "body" for e, _ in items) and self._aligns(free[0]):
+        self._align_free(bodyid, first)
     else:
       for key, value in (("ipos", np.zeros(3)), ("iquat", _UNIT.copy()), ("mass", 0.0),
                          ("inertia", np.zeros(3))):
@@ -308,9 +314,6 @@ class TreeCompiler:
     free = element.tag == "freejoint"
     r = self.reader(element, "joint", use_defaults=not free)
     jtype = JointType.FREE if free else r.keyword("type", _JOINT_TYPES, JointType.HINGE)
-    if free and r.text("align", "auto").strip() == "true":
-      raise r.error("aligning a free body with its inertial frame is not supported by flexor "
-                    "yet", "align")
     pos = np.zeros(3) if free else r.floats("pos", 3, (0.0, 0.0, 0.0))
     axis = np.array([0.0, 0.0, 1.0])
     if jtype in (JointType.HINGE, JointType.SLIDE):
@@ -383,6 +386,36 @@ class TreeCompiler:
     else:
       t.qpos0.append(ref)
       t.qpos_spring.append(springref)
+
+  def _aligns(self, joint: etree._Element) -> bool:
+    """Whether a free body with no children moves its frame to its inertial frame: the free
+    joint's ``align``, or with "auto" (the default) ``<compiler alignfree>``."""
+    r = self.reader(joint, "joint", use_defaults=joint.tag != "freejoint")
+    align = r.keyword("align", _ALIGN, 2)
+    return align == 1 or (align == 2 and self.compiler.alignfree)
+
+  def _align_free(self, bodyid: int, first: dict[str, int]) -> None:
+    """MuJoCo's free-joint alignment (``mjCBody::Compile``): the body frame becomes its
+    inertial frame, and its geoms, sites, cameras and lights (indices from ``first``) are
+    re-expressed in it; the free joint's qpos0 is the new frame."""
+    t, b = self.tree, self.tree.body
+    ipos, iquat = b["ipos"][bodyid], b["iquat"][bodyid]
+    b["pos"][bodyid], b["quat"][bodyid] = frames.frame_accum(b["pos"][bodyid], b["quat"][bodyid],
+                                                             ipos, iquat)
+    inv_pos, inv_quat = frames.frame_invert(ipos, iquat)
+    b["ipos"][bodyid], b["iquat"][bodyid] = np.zeros(3), _UNIT.copy()
+    for kind in ("geom", "site", "cam"):
+      fields = getattr(t, kind)
+      for i in range(first[kind], len(fields["bodyid"])):
+        fields["pos"][i], fields["quat"][i] = frames.frame_accum(inv_pos, inv_quat,
+                                                                 fields["pos"][i],
+                                                                 fields["quat"][i])
+    light = t.light
+    for i in range(first["light"], len(light["bodyid"])):
+      light["pos"][i] = frames.frame_accum(inv_pos, inv_quat, light["pos"][i], _UNIT)[0]
+      light["dir"][i] = np.array(frames.rot_vec_quat(light["dir"][i], inv_quat))
+    pose = list(b["pos"][bodyid]) + list(b["quat"][bodyid])
+    t.qpos0[-7:], t.qpos_spring[-7:] = pose, pose
 
   def _limited(self, r: Reader, flag: str, range_name: str, values: np.ndarray) -> bool:
     """MuJoCo's limited/auto rule: with autolimits, auto means 'a range was given'."""

@@ -215,6 +215,12 @@ def frame_accum(pos: Sequence[float], quat: Sequence[float], child_pos: Sequence
   return p, np.array(mulquat(quat, child_quat))
 
 
+def frame_invert(pos: Sequence[float], quat: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+  """mjuu_frameinvert: the inverse (pos (3,), quat (4,)) of the frame (pos, quat)."""
+  conj = [quat[0], -quat[1], -quat[2], -quat[3]]
+  return -np.array(rot_vec_quat(pos, conj)), np.array(conj)
+
+
 def _same_vec(a: Sequence[float], b: Sequence[float]) -> bool:
   return all(abs(float(a[i]) - float(b[i])) < _FRAME_EPS for i in range(3))
 
