@@ -43,11 +43,8 @@ class Defaults:
   def __init__(self, source: Source):
     self.source = source
     self.classes: dict[str, DefaultClass] = {"main": DefaultClass("main", None, {})}
-    tops = [c for c in source.root if c.tag == "default"]
-    if len(tops) > 1:
-      raise source.error(tops[1], "only one top-level <default> is allowed")
-    if tops:
-      top = tops[0]
+    # MuJoCo reads every top-level <default> into main, in order
+    for top in (c for c in source.root if c.tag == "default"):
       name = top.get("class", "main")
       if name != "main":
         raise source.error(top, "the top-level default class must be called 'main' (or unnamed)",
