@@ -180,3 +180,17 @@ def test_short_keyframes_are_filled_as_mujoco_fills_them(key: str):
   for field in ("key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat"):
     np.testing.assert_array_equal(np.asarray(getattr(ours, field)).ravel(),
                                   getattr(ref, field).ravel(), err_msg=field)
+
+
+def test_a_layout_too_large_warns(monkeypatch):
+  """A row layout whose efc_J passes the limit warns and names the knobs; <size nconmax> quiets
+  it (the limit is lowered here: a scene that really needs gigabytes takes a minute to load)."""
+  from flexor.mjcf import assemble
+  monkeypatch.setattr(assemble, "_LARGE_JACOBIAN", 1000)
+  balls = "".join(f"<body pos='{i} 0 1'><freejoint/><geom size='0.1'/></body>" for i in range(4))
+  xml = "<mujoco>{}<worldbody><geom type='plane' size='5 5 1'/>" + balls + "</worldbody></mujoco>"
+  with pytest.warns(UserWarning, match=r"efc_J takes .* GiB per world.*nconmax"):
+    flexor.load_mjcf_string(xml.format(""))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    flexor.load_mjcf_string(xml.format("<size nconmax='2'/>"))

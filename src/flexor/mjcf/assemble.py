@@ -8,6 +8,7 @@ and weld ids, subtree masses) and flexor's tree tables are computed here, in one
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax.numpy as jnp
@@ -29,6 +30,22 @@ _OPTION_DEFAULTS: dict[str, Any] = dict(
     integrator=0, cone=0, jacobian=2, solver=2, iterations=100, ls_iterations=50,
     noslip_iterations=0, ccd_iterations=35, disableflags=0, enableflags=0, disableactuator=0,
     contact_gradient=0)
+
+
+_LARGE_JACOBIAN = 2**30  # bytes of efc_J per world (float64) above which the layout warns
+
+
+def _warn_large_layout(out: dict[str, Any], nv: int) -> None:
+  """Warns where the static row layout, which holds every contact the candidate pairs could make
+  at once, needs an efc_J of over 1 GiB per world (MuJoCo allocates contacts as they come)."""
+  size = out["njmax"] * nv * 8
+  if size > _LARGE_JACOBIAN and out["size_nconmax"] < 0:
+    warnings.warn(
+        f"this model's {out['nconslot']} possible contacts make {out['njmax']} constraint rows: "
+        f"efc_J takes {size / 2**30:.1f} GiB per world in float64. Set <size nconmax=\"...\"> "
+        "to the most contacts of one condim the scene makes at once (contacts past it are "
+        "counted in ncon_dropped), and for a broad phase <custom><numeric "
+        "name=\"max_geom_pairs\" data=\"...\"/>", stacklevel=4)
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -279,6 +296,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   out["flg_adhesion"] = int(np.any(out["geom_adhesion"]) or np.any(out["pair_adhesion"]))
   out["flg_surfacevel"] = int(np.any(out["geom_surfacevel"]))
   out.update(constraint_rows.layout(out, out["opt"]))
+  _warn_large_layout(out, nv)
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
 
   values: dict[str, Any] = {}
