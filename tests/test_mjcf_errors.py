@@ -629,3 +629,72 @@ def test_error_in_nested_include_names_the_include_chain(tmp_path):
   assert e.included_from == ((os.path.realpath(tmp_path / "mid.xml"), 3), (str(path), 2))
   assert str(e).endswith(f"(included from {os.path.realpath(tmp_path / 'mid.xml')}:3) "
                          f"(included from {path}:2)"), str(e)
+
+
+_CHILD = ("<mujoco model='kid'>\n{head}<worldbody>\n<body name='torso'>\n<joint name='j'/>\n"
+          "<geom size='{size}'/>\n</body>\n</worldbody>\n</mujoco>")
+
+
+def _parent(attach: str, head: str = "") -> str:
+  return (f"<mujoco model='mom'>\n{head}<asset>\n<model name='kid' file='kid.xml'/>\n</asset>\n"
+          f"<worldbody>\n{attach}\n</worldbody>\n</mujoco>")
+
+
+# (id, parent, child head, child geom size, file, line, element, attribute, word); file "kid"
+# is the child model; the parent's <attach> is on line 6, after a head of n lines on 6 + n
+_ATTACH_CASES = [
+    ("unknown_model", _parent("<attach model='other' body='torso' prefix='a'/>"), "", "0.1",
+     "mom", 6, "attach", "model", "could not find model 'other'"),
+    ("unknown_body", _parent("<attach model='kid' body='arm' prefix='a'/>"), "", "0.1",
+     "mom", 6, "attach", "body", "could not find body 'arm'"),
+    ("missing_prefix", _parent("<attach model='kid' body='torso'/>"), "", "0.1",
+     "mom", 6, "attach", "prefix", "missing required attribute"),
+    ("self_attach_all", _parent("<attach prefix='a'/>"), "", "0.1",
+     "mom", 6, "attach", "body", "needs a body or a frame"),
+    ("conflict_error", _parent("<attach model='kid' body='torso' prefix='a'/>",
+                               "<compiler conflict='error'/>\n<option timestep='0.01'/>\n"),
+     "<option timestep='0.001'/>\n", "0.1", "mom", 8, "attach", "model",
+     "timestep: parent has 0.01, child has 0.001"),
+    ("error_in_child", _parent("<attach model='kid' body='torso' prefix='a'/>"), "", "-1",
+     "kid", 5, "geom", "size", "size"),
+]
+
+
+@pytest.mark.parametrize("parent,head,size,file,line,element,attribute,word",
+                         [pytest.param(*c[1:], id=c[0]) for c in _ATTACH_CASES])
+def test_bad_attach(tmp_path, parent, head, size, file, line, element, attribute, word):
+  (tmp_path / "kid.xml").write_text(_CHILD.format(head=head, size=size))
+  path = tmp_path / "mom.xml"
+  path.write_text(parent)
+  with pytest.raises(MJCFError) as info:
+    flexor.load_mjcf(path)
+  e = info.value
+  assert word in str(e), str(e)
+  assert (os.path.basename(e.file), e.line, e.element, e.attribute) == (
+      f"{file}.xml", line, element, attribute), str(e)
+  with pytest.raises(Exception):   # MuJoCo refuses each of them too
+    mujoco.MjModel.from_xml_path(str(path))
+
+
+def test_attach_of_a_model_with_other_compiler_settings_is_refused(tmp_path):
+  """MuJoCo reads the child with its own <compiler>; flexor has one set per model, so it says
+  which setting differs rather than reading the child's angles in the parent's unit."""
+  (tmp_path / "kid.xml").write_text(_CHILD.format(head="<compiler angle='radian'/>\n",
+                                                  size="0.1"))
+  path = tmp_path / "mom.xml"
+  path.write_text(_parent("<attach model='kid' body='torso' prefix='a'/>"))
+  with pytest.raises(MJCFError, match="angle") as info:
+    flexor.load_mjcf(path)
+  assert (info.value.line, info.value.element) == (6, "attach")
+
+
+def test_attach_conflicts_warn_and_keep_the_parent_by_default(tmp_path):
+  (tmp_path / "kid.xml").write_text(_CHILD.format(head="<option timestep='0.001'/>\n",
+                                                  size="0.1"))
+  path = tmp_path / "mom.xml"
+  path.write_text(_parent("<attach model='kid' body='torso' prefix='a'/>",
+                          "<option timestep='0.01'/>\n"))
+  with pytest.warns(UserWarning, match="(?s)policy is 'warning'.*timestep: parent has 0.01, "
+                    "child has 0.001, keeping parent value"):
+    model = flexor.load_mjcf(path)
+  assert float(model.opt.timestep) == 0.01 == mujoco.MjModel.from_xml_path(str(path)).opt.timestep

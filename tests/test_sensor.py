@@ -172,6 +172,7 @@ _XML = """
     <contact geom2="box_geom" data="found force torque normal tangent linvel angvel" num="6"/>
     <contact body1="ball_body" body2="world" data="force linvel angvel" num="2"/>
     <contact subtree2="arm" data="found"/>
+    <contact subtree1="box" subtree2="box" data="found"/>
     <contact body1="pend" data="found force pos normal tangent" reduce="netforce"/>
     <e_kinetic/>
     <clock/>

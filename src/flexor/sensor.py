@@ -481,6 +481,9 @@ def _contact_match(m: Model, d: Data, i: int) -> jax.Array:
   m21, m22 = (_check_match(m, reftype, refid, body[:, k], geom[:, k]) for k in (0, 1))
   exist = exist & (m11 | m12) & (m21 | m22)
   if objtype != ObjType.UNKNOWN and reftype != ObjType.UNKNOWN:
+    # both objects given: each must be on its own side (two subtrees touching a third match
+    # neither order)
+    exist = exist & ((m11 & m22) | (m12 & m21))
     flip = (m12 & m21) & ~(m11 & m22)
   elif objtype != ObjType.UNKNOWN:
     flip = ~m11

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flexor.mjcf import hfield, mesh
+from flexor.mjcf import attach, hfield, mesh
 from flexor.mjcf.assemble import assemble, make_option
 from flexor.mjcf.compile_actuator import compile_actuators
 from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCompiler,
@@ -366,7 +366,8 @@ def _refuse_flex(source: Source) -> None:
         raise source.error(element, "flex objects are not supported by flexor yet")
 
 
-def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int) -> dict[str, Any]:
+def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int, jnt_elements: list[Any],
+               actuator_elements: list[Any], mocap_elements: list[Any]) -> dict[str, Any]:
   nq, nv = len(fields["qpos0"]), sum(
       {0: 6, 1: 3}.get(int(t), 1) for t in fields["jnt_type"])
   mocap = np.flatnonzero(fields["body_mocapid"] >= 0)
@@ -397,6 +398,9 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int) -> dict
         given = len(value) // unit * unit
         key[:given] = value[:given]
         keys[name].append(key)
+  for key in source.attached_keys:
+    _attached_key(key, keys, fields, nv, jnt_elements, actuator_elements, mocap_elements)
+    names.append(key.name)
   nkey = max([len(names)] + [_bare(source, e).int("nkey", 0) for e in source.sections("size")])
   for _ in range(nkey - len(names)):
     names.append("")
@@ -419,6 +423,46 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int) -> dict
               names_key=tuple(names))
 
 
+def _attached_key(key: attach.AttachedKey, keys: dict[str, list[Any]], fields: dict[str, Any],
+                  nv: int, jnt_elements: list[Any], actuator_elements: list[Any],
+                  mocap_elements: list[Any]) -> None:
+  """Appends an attached model's keyframe to ``keys``: what it sets on the elements it was
+  attached with, the model's defaults elsewhere."""
+  mocap_index = {id(e): i for i, e in enumerate(mocap_elements)}
+  qpos, qvel = np.array(fields["qpos0"], np.float64), np.zeros(nv)
+  jnt_index = {id(e): j for j, e in enumerate(jnt_elements)}
+  jnt_type = np.asarray(fields["jnt_type"], int)
+  qposadr = np.cumsum(JNT_NQ[jnt_type]) - JNT_NQ[jnt_type]
+  dofnum = np.array([{0: 6, 1: 3}.get(t, 1) for t in jnt_type], int)
+  dofadr = np.cumsum(dofnum) - dofnum
+  for element, q, v in key.joints:
+    j = jnt_index.get(id(element))
+    if j is not None:
+      qpos[qposadr[j]:qposadr[j] + len(q)], qvel[dofadr[j]:dofadr[j] + len(v)] = q, v
+  ctrlnum = np.asarray(fields.get("actuator_ctrlnum", np.ones(len(actuator_elements))), int)
+  ctrladr = np.cumsum(ctrlnum) - ctrlnum
+  act = np.zeros(int(np.sum(fields.get("actuator_actnum", 0))))
+  ctrl = np.zeros(int(np.sum(ctrlnum)))
+  actuator_index = {id(e): a for a, e in enumerate(actuator_elements)}
+  for element, a_values, c_values in key.actuators:
+    a = actuator_index.get(id(element))
+    if a is not None:
+      adr = int(fields["actuator_actadr"][a])
+      if adr >= 0:
+        act[adr:adr + len(a_values)] = a_values
+      ctrl[ctrladr[a]:ctrladr[a] + len(c_values)] = c_values
+  mocap = np.flatnonzero(fields["body_mocapid"] >= 0)
+  mocap = mocap[np.argsort(fields["body_mocapid"][mocap])]
+  mpos, mquat = fields["body_pos"][mocap].copy(), fields["body_quat"][mocap].copy()
+  for element, p, q in key.mocap:
+    i = mocap_index.get(id(element))
+    if i is not None:
+      mpos[i], mquat[i] = p, q
+  for name, value in (("time", key.time), ("qpos", qpos), ("qvel", qvel), ("act", act),
+                      ("ctrl", ctrl), ("mpos", mpos.ravel()), ("mquat", mquat.ravel())):
+    keys[name].append(value)
+
+
 def _lengthrange_options(source: Source) -> dict[str, Any]:
   """The ``<compiler><lengthrange>`` attributes given (mjLROpt names; ``flexor.setconst`` holds
   MuJoCo's defaults for the others)."""
@@ -438,8 +482,22 @@ def _lengthrange_options(source: Source) -> dict[str, Any]:
   return opt
 
 
+def _child_keys(child: Source) -> dict[str, Any]:
+  """What mapping an attached model's keyframes needs (``attach.expand``'s ``child_keys``)."""
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")   # the child's own warnings come again with the parent's
+    model, pending = _compile(child, np.float64, convex=False)
+  out = {name: getattr(model, name) for name in (
+      "key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat",
+      "names_key", "jnt_qposadr", "jnt_dofadr", "jnt_type", "actuator_actadr",
+      "actuator_actnum", "actuator_ctrlnum")}
+  return dict(out, **{k: pending[k] for k in ("jnt_elements", "actuator_elements",
+                                              "mocap_elements")})
+
+
 def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str, Any]]:
   compiler = _compiler(source)
+  attach.expand(source, compiler, _compiler, _child_keys)
   option = _option(source, dtype)
   _refuse_flex(source)
   defaults = Defaults(source)
@@ -471,13 +529,17 @@ def _compile(source: Source, dtype: Any, convex: bool) -> tuple[Model, dict[str,
   fields.update(compile_sensors(source, names, fields))
   check_moving_mass(source, tree)
   nu = int(np.sum(fields.get("actuator_ctrlnum", 0)))
-  fields.update(_keyframes(source, fields, nu, int(np.sum(fields.get("actuator_actnum", 0)))))
+  actuator_elements = [element for section in source.sections("actuator")
+                       for element in section if element.tag in ACTUATOR_TAGS]
+  mocapid = np.asarray(tree.body["mocapid"])
+  mocap_elements = [tree.body["element"][b] for b in np.argsort(mocapid) if mocapid[b] >= 0]
+  fields.update(_keyframes(source, fields, nu, int(np.sum(fields.get("actuator_actnum", 0))),
+                           tree.jnt["element"], actuator_elements, mocap_elements))
   fields["size_nconmax"] = size_nconmax(source)
   fields["max_geom_pairs"] = max_geom_pairs(source)
   pending = dict(springdamper=np.array(tree.springdamper, dtype=np.float64).reshape(-1, 2),
-                 lengthrange=_lengthrange_options(source),
-                 actuator_elements=[element for section in source.sections("actuator")
-                                    for element in section if element.tag in ACTUATOR_TAGS])
+                 lengthrange=_lengthrange_options(source), actuator_elements=actuator_elements,
+                 jnt_elements=tree.jnt["element"], mocap_elements=mocap_elements)
   return assemble(fields, option, dtype, convex), pending
 
 

@@ -7,7 +7,6 @@ follow document order and are grouped by body, so their ids follow the body numb
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import warnings
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 from lxml import etree
 
-from flexor.mjcf import frames, inertia, mesh, replicate
+from flexor.mjcf import frames, inertia, mesh
 from flexor.mjcf.added_mass import FLUID_COEF, geom_fluid
 from flexor.mjcf.defaults import Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
@@ -150,7 +149,6 @@ class TreeCompiler:
     for key, value in (("parentid", 0), ("pos", np.zeros(3)), ("quat", _UNIT.copy()),
                        ("gravcomp", 0.0), ("mocapid", -1), ("name", "world"), ("element", None)):
       b[key].append(value)
-    self._expand_replicates()
     worldbodies = [c for c in self.source.root if c.tag == "worldbody"]
     items: list[tuple[etree._Element, Any]] = []
     for world in worldbodies:
@@ -166,9 +164,9 @@ class TreeCompiler:
     for child in element:
       if not isinstance(child.tag, str):
         continue
-      if child.tag in ("attach", "flexcomp", "plugin"):
-        # attach and flexcomp add bodies and geoms in MuJoCo (ignoring them would renumber the
-        # model); a body plugin adds forces
+      if child.tag in ("flexcomp", "plugin"):
+        # flexcomp adds bodies and geoms in MuJoCo (ignoring it would renumber the model); a
+        # body plugin adds forces
         raise self.source.error(child, "this element is not supported by flexor yet")
       if child.tag == "frame":
         r = self.reader(child, use_defaults=False)
@@ -176,68 +174,6 @@ class TreeCompiler:
         out += self._collect(child, self.in_frame(frame, pos, quat) if frame else (pos, quat))
       else:
         out.append((child, frame))
-    return out
-
-  def _expand_replicates(self) -> None:
-    """Replaces each ``<replicate>`` by ``count`` ``<frame>`` elements holding renamed copies,
-    and copies the elements that refer into it (:mod:`flexor.mjcf.replicate`).
-
-    Copy i sits in the i-fold composition of the (offset, euler) step and its names get ``sep``
-    and the index zero-padded to the width of ``count``, as in MuJoCo. Nested replicates expand
-    innermost first, as MuJoCo reads them, so an inner suffix precedes an outer one. Frames carry
-    the pose as exact decimal text (``repr`` round-trips float64).
-    """
-    root = self.source.root
-    while True:
-      element = next((e for e in root.iter("replicate")
-                      if next(e.iterdescendants("replicate"), None) is None), None)
-      if element is None:
-        return
-      r = self.reader(element, use_defaults=False)
-      count = r.int("count", 0)
-      if count < 1:
-        raise r.error(f"must be a positive integer, got {count}", "count")
-      offset = r.floats("offset", 3, (0.0, 0.0, 0.0))
-      euler = r.floats("euler", 3, (0.0, 0.0, 0.0))
-      try:
-        step = frames.orient_quat("euler", euler, degrees=self.compiler.degrees,
-                                  eulerseq=self.compiler.eulerseq)
-      except ValueError as e:
-        raise r.error(str(e), "euler") from None
-      sep = element.get("sep", "")
-      pos, quat = np.zeros(3), _UNIT.copy()
-      anchor, copies = element, []
-      for i in range(count):
-        frame = etree.Element("frame", pos=" ".join(repr(float(x)) for x in pos),
-                              quat=" ".join(repr(float(x)) for x in quat))
-        frame.sourceline = element.sourceline
-        if element.get("childclass") is not None:
-          frame.set("childclass", element.get("childclass"))
-        suffix = f"{sep}{i:0{len(str(count))}d}"
-        for child in element:
-          child_copy = copy.deepcopy(child)
-          for node in child_copy.iter():
-            if isinstance(node.tag, str) and node.get("name") is not None:
-              node.set("name", node.get("name") + suffix)
-          frame.append(child_copy)
-        anchor.addnext(frame)
-        anchor = frame
-        copies.append((frame, suffix))
-        pos, quat = frames.frame_accum(pos, quat, offset, step)
-      replicate.copy_dependents(root, element, copies, self._read_through)
-      element.getparent().remove(element)
-
-  def _read_through(self, element: etree._Element) -> list[etree._Element]:
-    """The worldbody elements up to the end of ``element``, in document order."""
-    last = element
-    while len(last):
-      last = last[-1]
-    out = []
-    for world in self.source.root.iterchildren("worldbody"):
-      for e in world.iter():
-        out.append(e)
-        if e is last:
-          return out
     return out
 
   def _body_contents(self, bodyid: int, items) -> None:

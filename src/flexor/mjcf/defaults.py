@@ -38,7 +38,11 @@ class DefaultClass:
 
 
 class Defaults:
-  """All default classes of a model, by name (the top one is ``main``)."""
+  """All default classes of a model, by name (the top one is ``main``).
+
+  A model attached with a name prefix brings its own classes, renamed with the prefix: its
+  ``main`` becomes a second top class, so the attached elements never see this model's
+  defaults (MuJoCo applies a child's defaults when it reads the child)."""
 
   def __init__(self, source: Source):
     self.source = source
@@ -50,18 +54,23 @@ class Defaults:
         raise source.error(top, "the top-level default class must be called 'main' (or unnamed)",
                            "class")
       self._read(top, self.classes["main"])
+    for prefix, tops in source.attached_defaults:
+      top_class = self.classes[prefix + "main"] = DefaultClass(prefix + "main", None, {})
+      for top in tops:
+        self._read(top, top_class, prefix)
 
-  def _read(self, element: etree._Element, cls: DefaultClass) -> None:
+  def _read(self, element: etree._Element, cls: DefaultClass, prefix: str = "") -> None:
     for child in element:
       if child.tag == "default":
         name = child.get("class")
         if name is None:
           raise self.source.error(child, "nested default classes need a name", "class")
+        name = prefix + name
         if name in self.classes:
           raise self.source.error(child, f"repeated default class name {name!r}", "class")
         sub = DefaultClass(name, cls, dict(cls.chains))
         self.classes[name] = sub
-        self._read(child, sub)
+        self._read(child, sub, prefix)
       elif isinstance(child.tag, str):
         kind = kind_of(child.tag)
         cls.chains[kind] = cls.chains.get(kind, ()) + (child,)

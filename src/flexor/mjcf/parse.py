@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from lxml import etree
 
@@ -33,6 +34,9 @@ class Source:
     origins: the file each included subtree came from, keyed by the subtree's top elements.
     included_from: where each included subtree was included, keyed like ``origins``: (file,
       line of the ``<include>``, the element that held the ``<include>``).
+    attached_defaults: the default classes of each model ``<attach>`` copied in, as (name
+      prefix, the child's top-level ``<default>`` elements) (:mod:`flexor.mjcf.attach`).
+    attached_keys: the keyframes attached models brought (``attach.AttachedKey``).
   """
 
   root: etree._Element
@@ -42,6 +46,9 @@ class Source:
   assets: dict[str, bytes]
   origins: dict[etree._Element, str] = dataclasses.field(default_factory=dict)
   included_from: dict[etree._Element, tuple] = dataclasses.field(default_factory=dict)
+  attached_defaults: list[tuple[str, list[etree._Element]]] = dataclasses.field(
+      default_factory=list)
+  attached_keys: list[Any] = dataclasses.field(default_factory=list)
 
   def sections(self, tag: str) -> list[etree._Element]:
     """The top-level sections called ``tag`` (``<asset>``, ``<actuator>``, ...), in order."""
@@ -186,7 +193,24 @@ def load(data: bytes, file: str | None, *, assets: dict[str, bytes] | None = Non
   """
   root = _parse_bytes(data, file)
   model_dir = os.path.dirname(os.path.abspath(file)) if file is not None else None
-  source = Source(root, file, model_dir, root_dir, dict(assets or {}))
+  return _checked(Source(root, file, model_dir, root_dir, dict(assets or {})))
+
+
+def load_model_asset(source: Source, element: etree._Element) -> Source:
+  """Parses the model an ``<asset><model file>`` names, as a model of its own: its relative
+  files are looked up beside it, under the same ``root_dir`` and in-memory assets."""
+  name = element.get("file")
+  if not name:
+    raise source.error(element, "missing required attribute", "file")
+  data, path = source.read_file(name, element, "file")
+  root = _parse_bytes(data, path)
+  model_dir = os.path.dirname(path) if source.model_dir is not None else None
+  return _checked(Source(root, path, model_dir, source.root_dir, source.assets))
+
+
+def _checked(source: Source) -> Source:
+  """Expands the includes of a freshly parsed source and checks it against the schema."""
+  root, file = source.root, source.file
   if root.tag != "mujoco":
     raise source.error(root, "the root element must be <mujoco>")
   _expand_includes(source, root, (os.path.realpath(file),) if file else ())

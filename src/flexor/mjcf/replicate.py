@@ -1,4 +1,11 @@
-"""What ``<replicate>`` copies outside its subtree: the elements that refer into it.
+"""``<replicate>``: the copies of its subtree, and what it copies outside: the elements that
+refer into it.
+
+A replicate becomes ``count`` ``<frame>`` elements holding renamed copies: copy i sits in the
+i-fold composition of the (offset, euler) step and its names get ``sep`` and the index
+zero-padded to the width of ``count``, as in MuJoCo. Nested replicates expand innermost first, as
+MuJoCo reads them, so an inner suffix precedes an outer one. Frames carry the pose as exact
+decimal text (``repr`` round-trips float64).
 
 MuJoCo expands a replicate by attaching its subtree ``count`` times with a name suffix
 (``mjs_attach`` in ``xml_native_reader.cc``; every other section is read before the worldbody).
@@ -23,9 +30,15 @@ of MuJoCo's list.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
+import numpy as np
 from lxml import etree
+
+from flexor.mjcf import frames
+from flexor.mjcf.defaults import Attributes
+from flexor.mjcf.parse import Source
+from flexor.mjcf.values import Reader
 
 # the worldbody elements that can be referred to, by the kind of name they define
 _TREE_KINDS = {"body": "body", "joint": "joint", "freejoint": "joint", "geom": "geom",
@@ -45,8 +58,9 @@ _FRAME_KINDS = {"body": "body", "xbody": "body", "geom": "geom", "site": "site",
 _SECTIONS = (("contact", "pair", False), ("contact", "exclude", False), ("tendon", None, False),
              ("equality", None, True), ("actuator", None, True), ("sensor", None, False))
 
-Slot = list[tuple[etree._Element, str, str]]   # (node, attribute, kind), suffixed together
+Slot = list[tuple[etree._Element, str, str]]   # (node, attribute, kind), renamed together
 Names = dict[str, set[str]]
+Rename = Callable[[str], str]
 
 
 def _slots(element: etree._Element, section: str) -> list[Slot]:
@@ -69,32 +83,36 @@ def _slots(element: etree._Element, section: str) -> list[Slot]:
   return slots
 
 
-def _resolves(slot: Slot, suffix: str, names: Names) -> bool:
-  return all(node.get(a) + suffix in names.get(k, ()) for node, a, k in slot)
+def _same(name: str) -> str:
+  return name
 
 
-def _copy(element: etree._Element, section: str, strict: bool, suffix: str,
+def _resolves(slot: Slot, rename: Rename, names: Names) -> bool:
+  return all(rename(node.get(a)) in names.get(k, ()) for node, a, k in slot)
+
+
+def _copy(element: etree._Element, section: str, strict: bool, rename: Rename,
           names: Names) -> etree._Element | None:
-  """The suffixed copy of ``element`` MuJoCo keeps, or None."""
+  """The renamed copy of ``element`` MuJoCo keeps, or None."""
   slots = _slots(element, section)
-  suffixed = [_resolves(s, suffix, names) for s in slots]
-  if strict and not all(suffixed):
+  renamed = [_resolves(s, rename, names) for s in slots]
+  if strict and not all(renamed):
     return None
-  if slots and not any(suffixed):
+  if slots and not any(renamed):
     return None
-  if not all(s or _resolves(slot, "", names) for s, slot in zip(suffixed, slots)):
+  if not all(r or _resolves(slot, _same, names) for r, slot in zip(renamed, slots)):
     return None
   out = copy.deepcopy(element)
   out_slots = _slots(out, section)
-  for s, slot in zip(suffixed, out_slots):
+  for r, slot in zip(renamed, out_slots):
     for node, a, _ in slot:
-      node.set(a, node.get(a) + (suffix if s else ""))
+      node.set(a, rename(node.get(a)) if r else node.get(a))
   if out.get("name") is not None:
-    out.set("name", out.get("name") + suffix)
+    out.set("name", rename(out.get("name")))
   return out
 
 
-def _dependents(root: etree._Element) -> list[tuple[str, bool, list[etree._Element]]]:
+def dependents(root: etree._Element) -> list[tuple[str, bool, list[etree._Element]]]:
   """For each of MuJoCo's lists in copy order: its section, strictness and elements."""
   out = []
   for section, tag, strict in _SECTIONS:
@@ -102,6 +120,23 @@ def _dependents(root: etree._Element) -> list[tuple[str, bool, list[etree._Eleme
                 if isinstance(e.tag, str) and (tag is None or e.tag == tag)]
     out.append((section, strict, elements))
   return out
+
+
+def copy_referrers(root: etree._Element, lists: list[tuple[str, bool, list[etree._Element]]],
+                   rename: Rename, names: Names) -> list[tuple[etree._Element, etree._Element]]:
+  """Appends to ``root``'s sections the renamed copies MuJoCo keeps of the elements in
+  ``lists`` (from :func:`dependents`), given the worldbody ``names`` they may refer to; returns
+  (original, copy) pairs."""
+  made = []
+  for section, strict, elements in lists:
+    names.update(_section_names(root))
+    for element in elements:
+      out = _copy(element, section, strict, rename, names)
+      if out is not None:
+        parents = list(root.iterchildren(section))
+        (parents[-1] if parents else etree.SubElement(root, section)).append(out)
+        made.append((element, out))
+  return made
 
 
 def _section_names(root: etree._Element) -> Names:
@@ -122,30 +157,98 @@ def tree_names(elements: Iterable[etree._Element]) -> Names:
 
 def copy_dependents(root: etree._Element, template: etree._Element,
                     copies: list[tuple[etree._Element, str]],
-                    visible: Callable[[etree._Element], list[etree._Element]]) -> None:
+                    visible: Callable[[etree._Element], list[etree._Element]]
+                    ) -> list[tuple[etree._Element, etree._Element]]:
   """Copies, per attached copy of ``template`` (its frame and name suffix), the elements that
-  refer into it, then drops those that referred to the template itself.
+  refer into it, then drops those that referred to the template itself; returns the (original,
+  copy) pairs of the first copy.
 
   ``visible(frame)``: the worldbody elements MuJoCo has read when it attaches ``frame`` (those
   before it in document order, and the frame's own).
   """
+  first = []
   for frame, suffix in copies:
-    names = tree_names(visible(frame))
-    for section, strict, elements in _dependents(root):
-      names.update(_section_names(root))
-      parent = list(root.iterchildren(section))[-1] if elements else None
-      for element in elements:
-        made = _copy(element, section, strict, suffix, names)
-        if made is not None:
-          parent.append(made)
+    made = copy_referrers(root, dependents(root), lambda name, s=suffix: name + s,
+                          tree_names(visible(frame)))
+    first = first or made
   old = tree_names(visible(copies[-1][0]))
   inside = tree_names(template.iter())
   new = {k: v - inside.get(k, set()) for k, v in old.items()}
   old.update(_section_names(root))
-  for section, _, elements in _dependents(root):
+  for section, _, elements in dependents(root):
     new.update(_section_names(root))
     for element in elements:
       slots = _slots(element, section)
-      if (all(_resolves(s, "", old) for s in slots)
-          and not all(_resolves(s, "", new) for s in slots)):
+      if (all(_resolves(s, _same, old) for s in slots)
+          and not all(_resolves(s, _same, new) for s in slots)):
         element.getparent().remove(element)
+  return first
+
+
+def read_through(root: etree._Element, element: etree._Element) -> list[etree._Element]:
+  """The worldbody elements of ``root`` up to the end of ``element``, in document order."""
+  last = element
+  while len(last):
+    last = last[-1]
+  out = []
+  for world in root.iterchildren("worldbody"):
+    for e in world.iter():
+      out.append(e)
+      if e is last:
+        return out
+  return out
+
+
+def expand(source: Source, compiler: Any, outer: etree._Element
+           ) -> dict[etree._Element, etree._Element]:
+  """Replaces the replicate ``outer`` and those inside it (innermost first) by their frames of
+  copies, and copies what refers into them; returns a map from each template element to its
+  first copy (what refers to the template follows that copy, as MuJoCo's keyframes do)."""
+  mapping: dict[etree._Element, etree._Element] = {}
+  while True:
+    element = next((e for e in outer.iter("replicate")
+                    if next(e.iterdescendants("replicate"), None) is None), None)
+    if element is None:
+      return mapping
+    r = Reader(source, Attributes(element, ()))
+    count = r.int("count", 0)
+    if count < 1:
+      raise r.error(f"must be a positive integer, got {count}", "count")
+    offset = r.floats("offset", 3, (0.0, 0.0, 0.0))
+    euler = r.floats("euler", 3, (0.0, 0.0, 0.0))
+    try:
+      step = frames.orient_quat("euler", euler, degrees=compiler.degrees,
+                                eulerseq=compiler.eulerseq)
+    except ValueError as e:
+      raise r.error(str(e), "euler") from None
+    sep = element.get("sep", "")
+    inside = {n.get("name") for n in element.iter() if n.get("name") is not None}
+    pos, quat = np.zeros(3), np.array([1.0, 0.0, 0.0, 0.0])
+    anchor, copies = element, []
+    for i in range(count):
+      frame = etree.Element("frame", pos=" ".join(repr(float(x)) for x in pos),
+                            quat=" ".join(repr(float(x)) for x in quat))
+      frame.sourceline = element.sourceline
+      if element.get("childclass") is not None:
+        frame.set("childclass", element.get("childclass"))
+      suffix = f"{sep}{i:0{len(str(count))}d}"
+      for child in element:
+        child_copy = copy.deepcopy(child)
+        for node in child_copy.iter():
+          if isinstance(node.tag, str) and node.get("name") is not None:
+            node.set("name", node.get("name") + suffix)
+          if node.tag in ("camera", "light") and node.get("target") in inside:
+            node.set("target", node.get("target") + suffix)
+        frame.append(child_copy)
+      anchor.addnext(frame)
+      anchor = frame
+      copies.append((frame, suffix))
+      pos, quat = frames.frame_accum(pos, quat, offset, step)
+    first = copy_dependents(source.root, element, copies,
+                            lambda e: read_through(source.root, e))
+    mapping.update((a, b) for child, made in zip(element, copies[0][0])
+                   for a, b in zip(child.iter(), made.iter()))
+    mapping.update(first)
+    element.getparent().remove(element)
+    if element is outer:
+      return mapping
