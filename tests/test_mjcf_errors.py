@@ -676,18 +676,6 @@ def test_bad_attach(tmp_path, parent, head, size, file, line, element, attribute
     mujoco.MjModel.from_xml_path(str(path))
 
 
-def test_attach_of_a_model_with_other_compiler_settings_is_refused(tmp_path):
-  """MuJoCo reads the child with its own <compiler>; flexor has one set per model, so it says
-  which setting differs rather than reading the child's angles in the parent's unit."""
-  (tmp_path / "kid.xml").write_text(_CHILD.format(head="<compiler angle='radian'/>\n",
-                                                  size="0.1"))
-  path = tmp_path / "mom.xml"
-  path.write_text(_parent("<attach model='kid' body='torso' prefix='a'/>"))
-  with pytest.raises(MJCFError, match="angle") as info:
-    flexor.load_mjcf(path)
-  assert (info.value.line, info.value.element) == (6, "attach")
-
-
 def test_attach_conflicts_warn_and_keep_the_parent_by_default(tmp_path):
   (tmp_path / "kid.xml").write_text(_CHILD.format(head="<option timestep='0.001'/>\n",
                                                   size="0.1"))

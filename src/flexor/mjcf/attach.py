@@ -18,15 +18,17 @@ from this model itself (a self-attach). What MuJoCo's ``mjs_attach`` does, and t
   MuJoCo, an attach records each keyframe's values on every element of the child, and the next
   attach that copies an element takes all it has recorded since it was last copied: a joint
   attached for the first time by a model's third attach is set by all three attaches' keys;
-
 * ``<option>`` and ``<size>`` settings that differ are resolved by ``<compiler conflict>``:
   ``warning`` (MuJoCo's default) keeps this model's values and warns, ``error`` refuses, ``merge``
   adopts what only the child sets, takes the smaller step and tolerances and the larger
   iteration counts and sizes, and refuses the rest (``user_resolver.cc``).
 
-MuJoCo interprets an attached element with the child's ``<compiler>`` settings; flexor's
-compiler has one set per model, so a child whose settings differ from this model's is refused
-with an error naming the setting.
+An attached element is read with the ``<compiler>`` settings of the model it came from (angle
+unit, Euler sequence, autolimits, inertia from geoms and its bounds, free-joint alignment), as
+MuJoCo reads it: ``Source.compilers`` records them where each copy starts.
+
+Attaches and ``<replicate>`` elements expand in document order, as MuJoCo reads the worldbody,
+so what each copies (and the order of the copies) is MuJoCo's.
 """
 
 from __future__ import annotations
@@ -51,11 +53,6 @@ _ASSET_REFERENCES = {"geom": ("mesh", "material", "hfield"), "site": ("material"
                      "material": ("texture",), "skin": ("material",)}
 _ASSET_DIR = {"mesh": "meshdir", "hfield": "meshdir", "skin": "meshdir", "texture": "texturedir"}
 _FILE_ATTRS = ("file", "fileright", "fileleft", "fileup", "filedown", "filefront", "fileback")
-# the <compiler> settings flexor applies model-wide and that change how elements read
-_COMPILER_SETTINGS = ("degrees", "eulerseq", "autolimits", "inertiafromgeom", "inertiagrouprange",
-                      "boundmass", "boundinertia", "balanceinertia", "alignfree", "fitaabb")
-_COMPILER_ATTRIBUTE = {"degrees": "angle"}
-
 # <option> settings, by how "merge" resolves them
 _MIN = ("timestep", "tolerance", "ls_tolerance", "noslip_tolerance", "ccd_tolerance",
         "sleep_tolerance")
@@ -93,13 +90,15 @@ ChildKeys = Callable[[Source], dict[str, Any]]
 
 @dataclasses.dataclass
 class _Child:
-  """A model asset, loaded once: its source, default classes, (if it has keyframes) what
+  """A model asset, loaded once: its source, default classes, compiler settings, (if it has
+  keyframes) what
   mapping them needs (computed before anything is copied, so its elements are those copied),
   and the keyframe values recorded on each of its elements and not yet copied, as (key, kind,
   values, values)."""
 
   source: Source
   defaults: Defaults
+  compiler: Any
   keys: dict[str, Any] | None
   pending: dict[etree._Element, list[tuple[AttachedKey, str, np.ndarray, np.ndarray]]] = (
       dataclasses.field(default_factory=dict))
@@ -143,12 +142,12 @@ def expand(source: Source, compiler: Any, compiler_of: Callable[[Source], Any],
       if name not in children:
         loaded = load_model_asset(source, models[name])
         _refuse_unsupported(loaded)
-        _check_compiler(source, element, compiler, compiler_of(loaded))
-        expand(loaded, compiler_of(loaded), compiler_of, child_keys)
+        settings = compiler_of(loaded)
+        expand(loaded, settings, compiler_of, child_keys)
         keys = child_keys(loaded) if any(True for _ in loaded.root.iter("key")) else None
-        children[name] = _Child(loaded, Defaults(loaded), keys)
+        children[name] = _Child(loaded, Defaults(loaded), settings, keys)
       child = children[name]
-    _attach(source, element, child, prefix, compiler_of, (name, prefix) not in registered)
+    _attach(source, element, child, prefix, (name, prefix) not in registered)
     registered.add((name, prefix))
 
 
@@ -176,22 +175,12 @@ def _refuse_unsupported(child: Source) -> None:
       raise child.error(element, f"attaching a model with <{tag}> is not supported by flexor yet")
 
 
-def _check_compiler(source: Source, element: etree._Element, parent: Any, child: Any) -> None:
-  for setting in _COMPILER_SETTINGS:
-    mine, theirs = getattr(parent, setting), getattr(child, setting)
-    if mine != theirs:
-      attribute = _COMPILER_ATTRIBUTE.get(setting, setting)
-      raise source.error(element, f"the attached model's <compiler {attribute}> ({theirs}) "
-                         f"differs from this model's ({mine}): MuJoCo reads each model with its "
-                         "own compiler settings, flexor has one set per model", "model")
-
-
 # ------------------------------------------------------------------------------------------------
 # one attach
 
 
 def _attach(source: Source, element: etree._Element, loaded: _Child | None, prefix: str,
-            compiler_of: Callable[[Source], Any], first: bool) -> None:
+            first: bool) -> None:
   """Replaces ``element`` (an ``<attach>``) by the prefixed copy it asks for (of this model's
   own body or frame where ``loaded`` is None)."""
   rename = lambda name: prefix + name
@@ -244,7 +233,7 @@ def _attach(source: Source, element: etree._Element, loaded: _Child | None, pref
   if external:
     if first:
       source.attached_defaults.append((prefix, _renamed_defaults(source, child, rename)))
-    _copy_assets(source, child, rename, defaults, prefix, compiler_of(child))
+    _copy_assets(source, child, rename, defaults, prefix, loaded.compiler)
   visible = replicate.read_through(source.root, holder)
   made = replicate.copy_referrers(source.root, replicate.dependents(child.root), rename,
                                   replicate.tree_names(visible))
@@ -258,6 +247,15 @@ def _attach(source: Source, element: etree._Element, loaded: _Child | None, pref
       if out.get(attr) is not None:
         out.set(attr, rename(out.get(attr)))
   mapping.update(made)
+  for original, out in mapping.items():
+    if original in child.compilers:
+      source.compilers[out] = child.compilers[original]
+  if external:
+    source.compilers.setdefault(holder, loaded.compiler)
+    for original, out in made:
+      source.compilers[out] = child.compiler_for(original, loaded.compiler)
+  elif context is not None and source.compiler_for(context.getparent(), None) is not None:
+    source.compilers.setdefault(holder, source.compiler_for(context.getparent(), None))
   if loaded is None:
     pass_keys_to_copy(source, mapping)
   elif loaded.keys is not None:

@@ -307,7 +307,8 @@ class _Compiler:
                             ("ctrllimited", "ctrlrange", "ctrl"),
                             ("actlimited", "actrange", "act")):
       value, values = getattr(a, flag), getattr(a, rng)
-      if value == sc.LIMITED_AUTO and not self.compiler.autolimits and np.any(values != 0):
+      autolimits = self.source.compiler_for(r.element, self.compiler).autolimits
+      if value == sc.LIMITED_AUTO and not autolimits and np.any(values != 0):
         raise r.error(f"actuator has '{rng}' but not '{flag}'; set <compiler "
                       f"autolimits=\"true\">, give '{flag}' explicitly or remove '{rng}'", rng)
       if _limited(value, values) and values[0] >= values[1]:

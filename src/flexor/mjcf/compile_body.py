@@ -108,6 +108,10 @@ class TreeCompiler:
 
   # ----------------------------------------------------------------- helpers
 
+  def settings(self, element: etree._Element | None) -> Compiler:
+    """The ``<compiler>`` settings ``element`` is read with (an attached model's its own)."""
+    return self.source.compiler_for(element, self.compiler)
+
   def reader(self, element: etree._Element, kind: str | None = None, *,
              use_defaults: bool = True) -> Reader:
     attrs = (attributes(self.defaults, element, kind) if use_defaults
@@ -123,9 +127,9 @@ class TreeCompiler:
     if kind is None:
       return None
     value = r.floats(kind, {"quat": 4, "axisangle": 4, "euler": 3, "xyaxes": 6, "zaxis": 3}[kind])
+    c = self.settings(r.element)
     try:
-      return frames.orient_quat(kind, value, degrees=self.compiler.degrees,
-                                eulerseq=self.compiler.eulerseq)
+      return frames.orient_quat(kind, value, degrees=c.degrees, eulerseq=c.eulerseq)
     except ValueError as e:
       raise r.error(str(e), kind) from None
 
@@ -262,7 +266,7 @@ class TreeCompiler:
       pos, _ = frames.frame_accum(frame[0], frame[1], pos, _UNIT)
       if jtype in (JointType.HINGE, JointType.SLIDE):
         axis = np.array(frames.rot_vec_quat(axis, frame[1]))
-    angular = jtype in (JointType.HINGE, JointType.BALL) and self.compiler.degrees
+    angular = jtype in (JointType.HINGE, JointType.BALL) and self.settings(r.element).degrees
     scale = scale_range = math.pi / 180.0 if angular else 1.0
     jrange = r.floats("range", 2, (0.0, 0.0))
     # MuJoCo ignores limits of free joints
@@ -328,7 +332,7 @@ class TreeCompiler:
     joint's ``align``, or with "auto" (the default) ``<compiler alignfree>``."""
     r = self.reader(joint, "joint", use_defaults=joint.tag != "freejoint")
     align = r.keyword("align", _ALIGN, 2)
-    return align == 1 or (align == 2 and self.compiler.alignfree)
+    return align == 1 or (align == 2 and self.settings(joint).alignfree)
 
   def _align_free(self, bodyid: int, first: dict[str, int]) -> None:
     """MuJoCo's free-joint alignment (``mjCBody::Compile``): the body frame becomes its
@@ -359,7 +363,7 @@ class TreeCompiler:
     if limited != 2:
       return bool(limited)
     has_range = bool(values[0] < values[1])
-    if has_range and not self.compiler.autolimits:
+    if has_range and not self.settings(r.element).autolimits:
       raise r.error(f"has '{range_name}' but not '{flag}'; set <compiler autolimits=\"true\"> or "
                     f"give '{flag}' explicitly", range_name)
     return has_range
@@ -449,7 +453,8 @@ class TreeCompiler:
       raise r.error("fromto cannot be used with mesh geom", "fromto")
     try:
       size, mesh_pos, mesh_quat = mesh.fit_geom(gtype, self.meshes[name][1],
-                                                self.compiler.fitaabb, r.float("fitscale", 1.0))
+                                                self.settings(r.element).fitaabb,
+                                                r.float("fitscale", 1.0))
     except ValueError as e:
       raise r.error(str(e), "type") from None
     pos, quat = frames.frame_accum(pos, quat, mesh_pos, mesh_quat)
@@ -560,7 +565,8 @@ class TreeCompiler:
   # ----------------------------------------------------------------- inertia
 
   def _inertial(self, bodyid: int, element: etree._Element | None, first_geom: int) -> None:
-    c, b, g = self.compiler, self.tree.body, self.tree.geom
+    b, g = self.tree.body, self.tree.geom
+    c = self.settings(b["element"][bodyid])
     # massless geoms (mass="0", planes) do not take part, as in MuJoCo
     ids = [i for i in range(first_geom, len(g["type"]))
            if c.inertiagrouprange[0] <= g["group"][i] <= c.inertiagrouprange[1]

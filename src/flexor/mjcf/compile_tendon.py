@@ -121,6 +121,7 @@ def _tendon(element: etree._Element, source: Source, defaults: Defaults, compile
   if element.tag == "spatial" and r.float("width", 0.003) <= 0:
     raise r.error("a spatial tendon needs a positive width", "width")
   rng = r.floats("range", 2, (0.0, 0.0))
+  compiler = source.compiler_for(element, compiler)
   limited = resolve_limited(r, compiler.autolimits, "limited", r.keyword("limited", LIMITED, 2),
                             rng, "range", "tendon")
   if limited and rng[0] >= rng[1]:

@@ -37,6 +37,8 @@ class Source:
     attached_defaults: the default classes of each model ``<attach>`` copied in, as (name
       prefix, the child's top-level ``<default>`` elements) (:mod:`flexor.mjcf.attach`).
     attached_keys: the keyframes attached models brought (``attach.AttachedKey``).
+    compilers: the ``<compiler>`` settings of attached models, keyed by the element their
+      copy starts at (the element and what lies below it are read with them).
   """
 
   root: etree._Element
@@ -49,6 +51,7 @@ class Source:
   attached_defaults: list[tuple[str, list[etree._Element]]] = dataclasses.field(
       default_factory=list)
   attached_keys: list[Any] = dataclasses.field(default_factory=list)
+  compilers: dict[etree._Element, Any] = dataclasses.field(default_factory=dict)
 
   def sections(self, tag: str) -> list[etree._Element]:
     """The top-level sections called ``tag`` (``<asset>``, ``<actuator>``, ...), in order."""
@@ -62,6 +65,16 @@ class Source:
         return self.origins[node]
       node = node.getparent()
     return self.file
+
+  def compiler_for(self, element: etree._Element | None, main: Any) -> Any:
+    """The ``<compiler>`` settings ``element`` is read with: those of the attached model it
+    was copied from, else this model's (``main``)."""
+    node = element
+    while node is not None:
+      if node in self.compilers:
+        return self.compilers[node]
+      node = node.getparent()
+    return main
 
   def include_chain(self, element: etree._Element) -> tuple[tuple[str | None, int], ...]:
     """The ``<include>`` elements that brought ``element`` in, innermost first, as (file, line);

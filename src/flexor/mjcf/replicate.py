@@ -158,19 +158,16 @@ def tree_names(elements: Iterable[etree._Element]) -> Names:
 def copy_dependents(root: etree._Element, template: etree._Element,
                     copies: list[tuple[etree._Element, str]],
                     visible: Callable[[etree._Element], list[etree._Element]]
-                    ) -> list[tuple[etree._Element, etree._Element]]:
+                    ) -> list[list[tuple[etree._Element, etree._Element]]]:
   """Copies, per attached copy of ``template`` (its frame and name suffix), the elements that
   refer into it, then drops those that referred to the template itself; returns the (original,
-  copy) pairs of the first copy.
+  copy) pairs of each copy.
 
   ``visible(frame)``: the worldbody elements MuJoCo has read when it attaches ``frame`` (those
   before it in document order, and the frame's own).
   """
-  first = []
-  for frame, suffix in copies:
-    made = copy_referrers(root, dependents(root), lambda name, s=suffix: name + s,
-                          tree_names(visible(frame)))
-    first = first or made
+  made = [copy_referrers(root, dependents(root), lambda name, s=suffix: name + s,
+                         tree_names(visible(frame))) for frame, suffix in copies]
   old = tree_names(visible(copies[-1][0]))
   inside = tree_names(template.iter())
   new = {k: v - inside.get(k, set()) for k, v in old.items()}
@@ -182,7 +179,7 @@ def copy_dependents(root: etree._Element, template: etree._Element,
       if (all(_resolves(s, _same, old) for s in slots)
           and not all(_resolves(s, _same, new) for s in slots)):
         element.getparent().remove(element)
-  return first
+  return made
 
 
 def read_through(root: etree._Element, element: etree._Element) -> list[etree._Element]:
@@ -244,11 +241,16 @@ def expand(source: Source, compiler: Any, outer: etree._Element
       anchor = frame
       copies.append((frame, suffix))
       pos, quat = frames.frame_accum(pos, quat, offset, step)
-    first = copy_dependents(source.root, element, copies,
-                            lambda e: read_through(source.root, e))
-    mapping.update((a, b) for child, made in zip(element, copies[0][0])
-                   for a, b in zip(child.iter(), made.iter()))
-    mapping.update(first)
+    referrers = copy_dependents(source.root, element, copies,
+                                lambda e: read_through(source.root, e))
+    for k, ((frame, _), made) in enumerate(zip(copies, referrers)):
+      pairs = [(a, b) for child, out in zip(element, frame)
+               for a, b in zip(child.iter(), out.iter())] + made
+      for a, b in pairs:
+        if a in source.compilers:   # an attached model's settings go with its copies
+          source.compilers[b] = source.compilers[a]
+      if k == 0:
+        mapping.update(pairs)
     element.getparent().remove(element)
     if element is outer:
       return mapping
