@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import flexor
-from flexor.mjcf import frames, inertia, mesh
+from flexor.mjcf import frames, inertia, mesh, mesh_builtin
 from flexor.types import GeomType
 
 import support
@@ -301,6 +301,37 @@ def test_point_cloud_meshes(seed):
   assert _err(info.pos, model.mesh_pos[0]) <= CONVEX_TOL
   assert _err(info.quat, model.mesh_quat[0]) <= CONVEX_TOL
   assert _err(info.volume * 700, model.body_mass[1]) <= TOL
+
+
+@pytest.mark.parametrize("builtin,params", [("wedge", "4 3 60 30 0.3"), ("wedge", "5 2 180 90 0"),
+                                            ("cone", "6 0"), ("cone", "7 0.4")])
+def test_builtin_point_clouds(builtin, params):
+  """The builtin meshes without faces (MuJoCo's wedge and cone) are the points MuJoCo makes,
+  and their hull is the mesh (faces in another order than qhull's: compared as point clouds)."""
+  model = _mesh_case(f"<mesh name='m' builtin='{builtin}' params='{params}'/>", {})
+  vert, face, _ = mesh_builtin.make(builtin, np.array(params.split(), float))
+  assert len(face) == 0
+  info = mesh.process_mesh(vert, face, "m")
+  assert len(info.face) == model.mesh_facenum[0] and len(info.vert) == model.mesh_vertnum[0]
+  np.testing.assert_allclose(info.vert.astype(np.float32), model.mesh_vert, rtol=0, atol=1e-6)
+  assert _err(info.pos, model.mesh_pos[0]) <= CONVEX_TOL
+  assert _err(info.volume * 700, model.body_mass[1]) <= CONVEX_TOL
+
+
+@pytest.mark.parametrize("builtin,params,word", [
+    ("sphere", "5", "0..4"), ("sphere", "1 2", "needs 1 parameter"),
+    ("hemisphere", "-1", "0..10"), ("supersphere", "2 1 1", "above 2"),
+    ("supertorus", "8 1.5 1 1", "radius"), ("wedge", "2 2 200 30 0", "fields of view"),
+    ("plate", "0 3", "positive"), ("torus", "3", "unknown builtin")])
+def test_bad_builtin_meshes(tmp_path, builtin, params, word):
+  path = tmp_path / "model.xml"
+  path.write_text(f"<mujoco>\n<asset>\n<mesh name='m' builtin='{builtin}' params='{params}'/>"
+                  "\n</asset>\n</mujoco>")
+  with pytest.raises(flexor.MJCFError, match=word) as info:
+    flexor.load_mjcf(path)
+  assert (info.value.line, info.value.element) == (3, "mesh")
+  with pytest.raises(Exception):   # MuJoCo refuses each of them too
+    mujoco.MjModel.from_xml_path(str(path))
 
 
 def test_convex_hull_is_closed_and_contains_the_points():

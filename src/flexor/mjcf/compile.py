@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flexor.mjcf import attach, hfield, mesh
+from flexor.mjcf import attach, hfield, mesh, mesh_builtin
 from flexor.mjcf.assemble import assemble, make_option
 from flexor.mjcf.compile_actuator import compile_actuators
 from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCompiler,
@@ -178,7 +178,19 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
                        refpos=r.floats("refpos", 3, (0.0, 0.0, 0.0)),
                        refquat=r.floats("refquat", 4, (1.0, 0.0, 0.0, 0.0)),
                        inertia_mode=r.text("inertia", "legacy"))
-        if file is not None:
+        builtin = r.text("builtin", "none")
+        if builtin != "none":
+          params = r.floats("params")
+          if params is None:
+            raise r.error("a builtin mesh needs 'params'", "params")
+          try:
+            vertex, face, forced = mesh_builtin.make(builtin, params)
+            if forced is not None:
+              options["inertia_mode"] = forced
+            info = mesh.process_mesh(vertex, face, name, **options)
+          except ValueError as e:
+            raise r.error(str(e), "params") from None
+        elif file is not None:
           data, path = source.read_file(file, element, "file", compiler.meshdir)
           try:
             info = mesh.load_mesh(data, path, content_type=r.text("content_type"), **options)
@@ -188,8 +200,8 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
           vertex, face = r.floats("vertex"), r.ints("face")
           face = np.zeros(0, np.int32) if face is None else face  # a point cloud: its hull
           if vertex is None or len(vertex) % 3 or len(face) % 3:
-            raise r.error("a mesh without a file needs 'vertex' (3n numbers) and may have "
-                          "'face' (3m integers); builtin and plugin meshes are not supported",
+            raise r.error("a mesh without a file or a builtin needs 'vertex' (3n numbers) and "
+                          "may have 'face' (3m integers); plugin meshes are not supported",
                           "vertex")
           try:
             info = mesh.process_mesh(vertex.reshape(-1, 3), face.reshape(-1, 3), name, **options)
