@@ -649,6 +649,19 @@ _DISTANCES = """
 """
 
 
+def _two_free_bodies(mj: mujoco.MjModel, seed: int, n: int = 40) -> np.ndarray:
+  """n random poses (n, nq) of two free bodies: the first above the floor, the second within
+  0.4 of it, both randomly turned."""
+  rng = np.random.default_rng(seed)
+  qpos = np.tile(mj.qpos0, (n, 1))
+  qpos[:, :3] = rng.uniform([-.3, -.3, 0], [.3, .3, .6], (n, 3))
+  qpos[:, 7:10] = qpos[:, :3] + rng.uniform(-.4, .4, (n, 3))
+  for adr in (3, 10):
+    quat = rng.standard_normal((n, 4))
+    qpos[:, adr:adr + 4] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
+  return qpos
+
+
 def test_geom_distance_sensors_match_mujoco():
   """distance, normal and fromto sensors between geoms and bodies of the primitive pair types,
   within their cutoffs and beyond (the cutoff, zeros), deep penetrations clipped by the cutoff,
@@ -664,25 +677,63 @@ def test_geom_distance_sensors_match_mujoco():
   mj, fm = mujoco.MjModel.from_xml_string(xml), flexor.load_mjcf_string(xml)
   for field in ("type", "datatype", "needstage", "objtype", "objid", "reftype", "refid", "dim"):
     np.testing.assert_array_equal(getattr(fm, f"sensor_{field}"), getattr(mj, f"sensor_{field}"))
-  rng = np.random.default_rng(0)
-  qpos = np.tile(mj.qpos0, (40, 1))
-  qpos[:, :3] = rng.uniform([-.3, -.3, 0], [.3, .3, .6], (40, 3))
-  qpos[:, 7:10] = qpos[:, :3] + rng.uniform(-.4, .4, (40, 3))
-  for adr in (3, 10):
-    quat = rng.standard_normal((40, 4))
-    qpos[:, adr:adr + 4] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
-  ours, theirs = _sensordata_at(mj, fm, qpos)
+  ours, theirs = _sensordata_at(mj, fm, _two_free_bodies(mj, seed=0))
   np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-10)
   dist = theirs[:, mj.sensor_adr[mj.sensor_type == SensorType.GEOMDIST]]
   cutoff = mj.sensor_cutoff[mj.sensor_type == SensorType.GEOMDIST]
   assert np.any(dist < cutoff) and np.any(dist == cutoff) and np.any(dist == -cutoff)
 
 
-def test_geom_distance_refuses_convex_pairs():
-  """Pairs MuJoCo measures with its convex solver (here sphere-ellipsoid) are refused."""
-  xml = _DISTANCES.format(sensors='<distance geom1="s" geom2="e" cutoff="1"/>')
-  with pytest.raises(MJCFError, match="sphere-ellipsoid geoms are not supported"):
-    flexor.load_mjcf_string(xml)
+_CONVEX_DISTANCES = """
+<mujoco>
+  <default>
+    <geom contype="0" conaffinity="0"/>  <!-- distance sensors measure geoms that do not collide -->
+  </default>
+  <asset>
+    <mesh name="wedge" vertex="0 0 0  .2 0 0  0 .2 0  0 0 .2  .2 .2 0" scale="1 .8 1.2"/>
+  </asset>
+  <worldbody>
+    <body name="a" pos="0 0 .5">
+      <freejoint/>
+      <geom name="s" size=".1"/>
+      <geom name="c" type="capsule" size=".05 .2" pos=".3 0 0" euler="0 70 0"/>
+      <geom name="b" type="box" size=".1 .15 .05" pos="-.3 0 0" euler="10 20 30"/>
+      <geom name="m" type="mesh" mesh="wedge" pos="0 .3 0"/>
+    </body>
+    <body name="z" pos=".2 .4 .4">
+      <freejoint/>
+      <geom name="y" type="cylinder" size=".1 .1" pos="0 .3 0"/>
+      <geom name="e" type="ellipsoid" size=".1 .13 .2" pos="0 -.3 0"/>
+      <geom name="b2" type="box" size=".08 .05 .12"/>
+    </body>
+  </worldbody>
+  <sensor>
+    <distance geom1="s" geom2="e" cutoff="1"/> <fromto geom1="e" geom2="b" cutoff="1"/>
+    <normal geom1="y" geom2="b" cutoff="2"/> <fromto geom1="c" geom2="y" cutoff=".5"/>
+    <distance geom1="b" geom2="b2" cutoff="1"/> <fromto geom1="m" geom2="e" cutoff="1"/>
+    <fromto geom1="b2" geom2="m" cutoff="1"/> <distance geom1="m" geom2="y" cutoff=".2"/>
+    <fromto body1="a" body2="z" cutoff=".8"/> <distance body1="z" body2="a" cutoff="2"/>
+  </sensor>
+</mujoco>
+"""
+
+
+def test_geom_distance_sensors_between_convex_geoms_match_mujoco():
+  """distance, normal and fromto sensors over the pairs MuJoCo measures with native CCD
+  (mj_geomDistanceCCD: GJK's distance apart, EPA's depth overlapping): ellipsoids, cylinders,
+  capsules, boxes and a mesh, geom and body pairs, over random poses."""
+  mj = mujoco.MjModel.from_xml_string(_CONVEX_DISTANCES)
+  fm = flexor.load_mjcf_string(_CONVEX_DISTANCES)
+  ours, theirs = _sensordata_at(mj, fm, _two_free_bodies(mj, seed=1))
+  # on curved geoms GJK and EPA stop within ccd_tolerance (1e-6) of the answer: distances
+  # agree to 2e-9 (EPA's depths) or rounding, the witness points (fromto, normal) to where
+  # each search stopped
+  is_dist = np.zeros(mj.nsensordata, bool)
+  is_dist[mj.sensor_adr[mj.sensor_type == SensorType.GEOMDIST]] = True
+  np.testing.assert_allclose(ours[:, is_dist], theirs[:, is_dist], rtol=0, atol=1e-8)
+  np.testing.assert_allclose(ours[:, ~is_dist], theirs[:, ~is_dist], rtol=0, atol=1e-5)
+  dist = theirs[:, is_dist]
+  assert np.any(dist < 0) and np.any((dist > 0) & (dist < .2))
 
 
 def test_distance_and_energy_gradients_match_finite_differences():
@@ -716,15 +767,16 @@ def _check_jacobian(sense, n: int, atol: float, largest: float) -> None:
 
 
 def test_models_from_mujoco_with_unsupported_measurements_raise():
-  """A Model read from MuJoCo skips flexor's compiler: a box-box distance sensor is refused when
-  the sensors run, not measured wrongly."""
-  xml = ("<mujoco><worldbody><geom name='a' type='box' size='.1 .1 .1'/><body pos='0 0 1'>"
-         "<freejoint/><geom name='b' type='box' size='.1 .1 .1'/></body></worldbody><sensor>"
+  """A Model read from MuJoCo skips flexor's compiler: a plane-mesh distance sensor is refused
+  when the sensors run, not measured wrongly."""
+  xml = ("<mujoco><asset><mesh name='t' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset><worldbody>"
+         "<geom name='a' type='plane' size='1 1 1'/><body pos='0 0 1'><freejoint/>"
+         "<geom name='b' type='mesh' mesh='t'/></body></worldbody><sensor>"
          "<distance geom1='a' geom2='b' cutoff='1'/></sensor></mujoco>")
-  with pytest.raises(MJCFError, match="box-box geoms are not supported"):
+  with pytest.raises(MJCFError, match="plane-mesh geoms are not supported"):
     flexor.load_mjcf_string(xml)
   fm = from_mujoco(mujoco.MjModel.from_xml_string(xml))
-  with pytest.raises(ValueError, match="box-box pairs are not supported"):
+  with pytest.raises(ValueError, match="plane-mesh pairs are not supported"):
     _forward(fm, make_data(fm))
 
 

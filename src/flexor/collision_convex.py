@@ -627,7 +627,8 @@ def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array
 
 class _Witness(NamedTuple):
   """What mjc_ccd found, without derivatives: ``path`` 0 no contact, 1 the shrunk sphere and
-  capsule cores (``verts`` (4, 4, 3) of the simplex, ``n``), 2 an EPA face (``verts`` (3, 4, 3));
+  capsule cores (``verts`` (4, 4, 3) of the simplex, ``n``), 2 an EPA face (``verts`` (3, 4, 3)),
+  3 (distances only) the full geoms' GJK simplex of two separated geoms (``verts``, ``n``);
   the vertices as ``_support`` gives them, with the directions they were taken in."""
   path: jax.Array
   verts: jax.Array
@@ -669,31 +670,38 @@ def _full_margin(g: Geom) -> jax.Array:
 
 class _Gjks(NamedTuple):
   """mjc_ccd's GJK runs on the cores (``core``) and the full geoms (``full``); ``shallow``: the
-  cores' distance decides, ``core_hit``: and they touch, ``run_epa``: EPA must decide."""
+  cores' distance decides, ``core_hit``: and they touch (or, measuring distances, lie within
+  the cutoff), ``run_epa``: EPA must decide, ``full_hit``: (distances only) the full geoms lie
+  apart within the cutoff."""
   core: _GjkResult
   full: _GjkResult
   shallow: jax.Array
   core_hit: jax.Array
   run_epa: jax.Array
+  full_hit: jax.Array
 
 
-def _search_gjk(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array
-                ) -> _Gjks:
+def _search_gjk(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array,
+                dist_cutoff: jax.Array | None = None) -> _Gjks:
   """mjc_ccd's GJK phase (no derivatives); nothing where not ``active``, at the cost of no GJK
-  step (under vmap, batch members that need none do not hold the loops)."""
+  step (under vmap, batch members that need none do not hold the loops). ``dist_cutoff``:
+  MuJoCo's ``config.dist_cutoff`` (None: 0, contacts only)."""
   # MuJoCo 4.0 first runs a distance pass on the cores where there is a sphere, a capsule or
   # a margin; both GJK runs go as one batch of two, so the program holds one GJK
   c1, c2 = _core(g1), _core(g2)
-  cutoff = _full_margin(g1) + _full_margin(g2)
+  margins = _full_margin(g1) + _full_margin(g2)
+  reach = jnp.zeros_like(margins) if dist_cutoff is None else dist_cutoff
   both = tuple(tuple(sorted(set(k) | set(_core_kinds(k)))) for k in kinds)
   pair = lambda a, b: jax.tree.map(lambda x, y: jnp.stack([x, y]), a, b)
   run = lambda a, b, cut: _gjk(_support(a, b, both), a.pos, b.pos, kmax, tol, cut, active)
-  runs = jax.vmap(run)(pair(c1, g1), pair(c2, g2), jnp.stack([cutoff, jnp.zeros_like(cutoff)]))
+  runs = jax.vmap(run)(pair(c1, g1), pair(c2, g2), jnp.stack([margins + reach, reach]))
   core, full = (jax.tree.map(lambda x: x[i], runs) for i in range(2))
-  shallow = (_rounded(g1) | _rounded(g2) | (cutoff > 0)) & (core.dist > tol)
+  shallow = (_rounded(g1) | _rounded(g2) | (margins > 0)) & (core.dist > tol)
   return _Gjks(core=core, full=full, shallow=shallow,
-               core_hit=shallow & core.has_x & (core.dist - cutoff < 0),
-               run_epa=(full.dist <= tol) & (full.n > 1) & ~full.separated & ~shallow)
+               core_hit=shallow & core.has_x & (core.dist - margins < reach),
+               run_epa=(full.dist <= tol) & (full.n > 1) & ~full.separated & ~shallow,
+               full_hit=((reach > 0) & ~shallow & full.has_x & (full.dist > tol)
+                         & (full.dist < reach)))
 
 
 def _search_epa(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, gjks: _Gjks
@@ -718,21 +726,26 @@ def _search_epa(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, gjk
 def _witness(gjks: _Gjks, face: jax.Array, center: jax.Array, epa_hit: jax.Array) -> _Witness:
   """mjc_ccd's result from its two phases."""
   verts = jnp.concatenate([face, jnp.zeros((1, 4, 3), face.dtype)])
-  path = jnp.where(gjks.shallow, jnp.where(gjks.core_hit, 1, 0), jnp.where(epa_hit, 2, 0))
-  return _Witness(path=path, verts=jnp.where(gjks.shallow, gjks.core.simplex, verts),
-                  n=jnp.where(gjks.shallow, gjks.core.n, 3), center=center)
+  path = jnp.where(gjks.shallow, jnp.where(gjks.core_hit, 1, 0),
+                   jnp.where(epa_hit, 2, jnp.where(gjks.full_hit, 3, 0)))
+  simplex = jnp.where(gjks.shallow, gjks.core.simplex, gjks.full.simplex)
+  n = jnp.where(gjks.shallow, gjks.core.n, gjks.full.n)
+  gjk_path = gjks.shallow | (path == 3)
+  return _Witness(path=path, verts=jnp.where(gjk_path, simplex, verts),
+                  n=jnp.where(gjk_path, n, 3), center=center)
 
 
-def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array
-            ) -> _Witness:
+def _search(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, active: jax.Array,
+            dist_cutoff: jax.Array | None = None) -> _Witness:
   """mjc_ccd's combinatorial result (no derivatives); none where not ``active``."""
-  gjks = _search_gjk(g1, g2, kinds, kmax, tol, active)
+  gjks = _search_gjk(g1, g2, kinds, kmax, tol, active, dist_cutoff)
   return _witness(gjks, *_search_epa(g1, g2, kinds, kmax, tol, gjks))
 
 
-def _ccd(g1: Geom, g2: Geom, kinds: Kinds, found: _Witness) -> tuple[jax.Array, ...]:
+def _ccd(g1: Geom, g2: Geom, kinds: Kinds, found: _Witness, distance: bool = False
+         ) -> tuple[jax.Array, ...]:
   """mjc_ccd with derivatives, at the search's result ``found``: (found, dist (without the
-  margin), x1, x2)."""
+  margin), x1, x2); ``distance``: the search may have ended on path 3."""
   dirs = jax.lax.stop_gradient(found.verts[:, _D])
   # the support points again, from their directions, give the derivatives; their values are
   # the search's (where a direction is normal to an edge or a face, the two evaluations may
@@ -763,6 +776,14 @@ def _ccd(g1: Geom, g2: Geom, kinds: Kinds, found: _Witness) -> tuple[jax.Array, 
   e1 = jnp.where(core, s1 + m1 * unit, e1)
   e2 = jnp.where(core, s2 - m2 * unit, e2)
   e_dist = jnp.where(core, _norm(xk) - (m1 + m2), e_dist)
+  if distance:
+    # two separated geoms: the full simplex's nearest point and its witnesses
+    full = same(found.verts, jax.vmap(_support(g1, g2, kinds))(dirs))
+    lam_f = _subdistance(found.n, full[:, _V])
+    apart = found.path == 3
+    e1 = jnp.where(apart, _lincomb(lam_f, found.n, full[:, _A]), e1)
+    e2 = jnp.where(apart, _lincomb(lam_f, found.n, full[:, _B]), e2)
+    e_dist = jnp.where(apart, _norm(_lincomb(lam_f, found.n, full[:, _V])), e_dist)
   return found.path > 0, e_dist, e1, e2
 
 
@@ -811,6 +832,31 @@ def make_collider(kinds: Kinds, kmax: int) -> Callable[..., Contacts]:
     return _finish(jax.tree.map(lambda x: x[None], _contact(g1, g2, kinds, margin, kmax, tol)), 1)
 
   return collide
+
+
+def make_distance(kinds: Kinds, kmax: int) -> Callable[..., tuple[jax.Array, jax.Array]]:
+  """mj_geomDistanceCCD for pairs whose first geom's type is in ``kinds[0]`` and second's in
+  ``kinds[1]`` (in the sensor's order, unflipped): GJK to the distance where the geoms lie
+  apart, EPA's depth where they overlap.
+
+    distance(type1, pos1, mat1, size1, type2, pos2, mat2, size2, cutoff, vert1, vert2, tol)
+
+  returns the signed distance () clamped to ``cutoff`` and the segment fromto (6,) between the
+  witness points on geom 1 and geom 2, zeros where nothing is closer than the cutoff."""
+  kinds = tuple(tuple(sorted(int(k) for k in set(ks))) for ks in kinds)
+
+  def distance(type1, pos1, mat1, size1, type2, pos2, mat2, size2, cutoff, vert1, vert2, tol):
+    zero = jnp.zeros_like(cutoff)
+    g1 = _geom(type1, pos1, mat1, size1, vert1, zero)
+    g2 = _geom(type2, pos2, mat2, size2, vert2, zero)
+    found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol),
+                    jnp.asarray(True), jax.lax.stop_gradient(cutoff))
+    hit, dist, x1, x2 = _ccd(g1, g2, kinds, found, distance=True)
+    near = hit & (dist < cutoff)
+    return (jnp.where(near, dist, cutoff),
+            jnp.where(near, jnp.concatenate([x1, x2]), jnp.zeros(6, x1.dtype)))
+
+  return distance
 
 
 PAIRS = frozenset((int(a), int(b)) for a, b in CONVEX | MULTI)

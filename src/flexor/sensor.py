@@ -28,8 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import collision, collision_primitive, constraint, math, passive, ray, tree
-from flexor.mjcf.contact_pairs import DISTANCE_PAIRS, HAS_FUNCTION
+from flexor import (collision, collision_convex, collision_primitive, constraint, math, passive,
+                    ray, tree)
+from flexor.mjcf.contact_pairs import DISTANCE_CCD, DISTANCE_PAIRS, HAS_FUNCTION
 from flexor.rne import contact_force, rne_postconstraint
 from flexor.types import (ConstraintType, Data, DataType, DisableBit, EnableBit, GeomType, Model,
                           ObjType, SensorType, Stage, TrnType)
@@ -244,8 +245,16 @@ def _geom_distance(m: Model, d: Data, ids: np.ndarray) -> tuple[jax.Array, jax.A
   g1, g2 = (np.array([p[i] for p in flat], int) for i in (1, 2))
   flip = m.geom_type[g1] > m.geom_type[g2]
   a, b = np.where(flip, g2, g1), np.where(flip, g1, g2)
-  for key in sorted({(int(m.geom_type[i]), int(m.geom_type[j])) for i, j in zip(a, b)}):
-    rows = np.flatnonzero((m.geom_type[a] == key[0]) & (m.geom_type[b] == key[1]))
+  ccd = np.array([(int(m.geom_type[i]), int(m.geom_type[j])) in DISTANCE_CCD
+                  for i, j in zip(a, b)], bool)
+  if ccd.any():
+    rows = np.flatnonzero(ccd)
+    near, segment = _ccd_distance(m, d, g1[rows], g2[rows], cutoff[sensor[rows]])
+    dist = dist.at[rows].set(jnp.where(near < cutoff[sensor[rows]], near, jnp.inf))
+    fromto = fromto.at[rows].set(segment)
+  for key in sorted({(int(m.geom_type[i]), int(m.geom_type[j]))
+                     for i, j in zip(a[~ccd], b[~ccd])}):
+    rows = np.flatnonzero((m.geom_type[a] == key[0]) & (m.geom_type[b] == key[1]) & ~ccd)
     if key not in HAS_FUNCTION:   # no collision function: nothing is closer
       continue
     if key not in DISTANCE_PAIRS:
@@ -275,6 +284,26 @@ def _geom_distance(m: Model, d: Data, ids: np.ndarray) -> tuple[jax.Array, jax.A
   pick = jnp.take_along_axis(jnp.asarray(slot), first[:, None], axis=1)[:, 0]
   return (jnp.where(found, dist[pick], cutoff),
           jnp.where(found[:, None], fromto[pick], 0.0))
+
+
+def _ccd_distance(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, cutoff: jax.Array
+                  ) -> tuple[jax.Array, jax.Array]:
+  """mj_geomDistanceCCD of the geom pairs (g1, g2) (n,) in the sensors' order, one kernel for
+  all: the distance (n,) (the cutoff where nothing is closer) and the segment fromto (n, 6)."""
+  verts = []
+  for g in (g1, g2):
+    mesh = np.flatnonzero(m.geom_type[g] == GeomType.MESH)
+    if not len(mesh):
+      verts.append(None)
+      continue
+    hull = collision.hulls(m, g[mesh]).vert
+    verts.append(jnp.zeros((len(g),) + hull.shape[1:], hull.dtype).at[mesh].set(hull))
+  distance = collision_convex.make_distance(
+      (set(m.geom_type[g1].tolist()), set(m.geom_type[g2].tolist())), m.opt.ccd_iterations)
+  return jax.vmap(distance)(
+      jnp.asarray(m.geom_type[g1]), d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
+      jnp.asarray(m.geom_type[g2]), d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], cutoff,
+      *verts, jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),)))
 
 
 def _geomdist(m: Model, d: Data, ids: np.ndarray) -> jax.Array:

@@ -22,7 +22,7 @@ import numpy as np
 from flexor.mjcf.defaults import Attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import Names, Reader, check_user, nuser
-from flexor.mjcf.contact_pairs import DISTANCE_PAIRS, HAS_FUNCTION
+from flexor.mjcf.contact_pairs import DISTANCE_CCD, DISTANCE_PAIRS, HAS_FUNCTION
 from flexor.types import DataType, GeomType, JointType, ObjType, SensorType, Stage
 
 S = SensorType
@@ -135,15 +135,15 @@ def _geom_or_body(r: Reader, names: dict[str, Names], side: str) -> tuple[int, i
 
 def _check_distance_pairs(r: Reader, fields: dict[str, Any], objtype: int, objid: int,
                           reftype: int, refid: int) -> None:
-  """Refuses distance sensors over geom type pairs flexor cannot measure: those MuJoCo measures
-  with its convex solver (mjc_Convex and box-box pairs under native CCD) and mesh pairs."""
+  """Refuses distance sensors over geom type pairs flexor cannot measure (plane-mesh and height
+  fields)."""
   geom_type, bodyid = fields["geom_type"], fields["geom_bodyid"]
   geoms = lambda kind, i: ([i] if kind == ObjType.GEOM else
                            np.flatnonzero(bodyid == i).tolist())
   for g1 in geoms(objtype, objid):
     for g2 in geoms(reftype, refid):
       pair = tuple(sorted((int(geom_type[g1]), int(geom_type[g2]))))
-      if pair in DISTANCE_PAIRS or pair not in HAS_FUNCTION:
+      if pair in DISTANCE_PAIRS | DISTANCE_CCD or pair not in HAS_FUNCTION:
         continue
       kinds = "-".join(GeomType(t).name.lower() for t in pair)
       raise r.error(f"distance sensors between {kinds} geoms are not supported by flexor yet "
