@@ -766,18 +766,25 @@ def _check_jacobian(sense, n: int, atol: float, largest: float) -> None:
   np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=atol)
 
 
-def test_models_from_mujoco_with_unsupported_measurements_raise():
-  """A Model read from MuJoCo skips flexor's compiler: a plane-mesh distance sensor is refused
-  when the sensors run, not measured wrongly."""
-  xml = ("<mujoco><asset><mesh name='t' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset><worldbody>"
-         "<geom name='a' type='plane' size='1 1 1'/><body pos='0 0 1'><freejoint/>"
+def test_plane_mesh_distances_match_mujoco():
+  """A plane and a mesh: MuJoCo measures them with mjc_PlaneConvex (the hull's support vertex
+  and the face beside it), with the cutoff as margin; a Model read from MuJoCo too."""
+  xml = ("<mujoco><asset><mesh name='t' vertex='0 0 0 .3 0 0 0 .2 0 0 0 .4 .1 .1 .1'/></asset>"
+         "<worldbody><geom name='a' type='plane' size='1 1 1'/><body pos='0 0 .5'><freejoint/>"
          "<geom name='b' type='mesh' mesh='t'/></body></worldbody><sensor>"
-         "<distance geom1='a' geom2='b' cutoff='1'/></sensor></mujoco>")
-  with pytest.raises(MJCFError, match="plane-mesh geoms are not supported"):
-    flexor.load_mjcf_string(xml)
-  fm = from_mujoco(mujoco.MjModel.from_xml_string(xml))
-  with pytest.raises(ValueError, match="plane-mesh pairs are not supported"):
-    _forward(fm, make_data(fm))
+         "<distance geom1='a' geom2='b' cutoff='.6'/><fromto geom1='b' geom2='a' cutoff='1'/>"
+         "<normal geom1='a' geom2='b' cutoff='1'/></sensor></mujoco>")
+  mj = mujoco.MjModel.from_xml_string(xml)
+  rng = np.random.default_rng(2)
+  qpos = np.tile(mj.qpos0, (30, 1))
+  qpos[:, 2] = rng.uniform(-.2, .8, 30)
+  quat = rng.standard_normal((30, 4))
+  qpos[:, 3:7] = quat / np.linalg.norm(quat, axis=1, keepdims=True)
+  for fm in (flexor.load_mjcf_string(xml), from_mujoco(mj)):
+    ours, theirs = _sensordata_at(mj, fm, qpos)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-10)
+  dist = theirs[:, 0]
+  assert np.any(dist < 0) and np.any((dist > 0) & (dist < .6)) and np.any(dist == .6)
 
 
 _CONTACT_GRAD = """

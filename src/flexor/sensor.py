@@ -261,9 +261,10 @@ def _geom_distance(m: Model, d: Data, ids: np.ndarray) -> tuple[jax.Array, jax.A
       raise ValueError(f"distance sensors {ids.tolist()}: {GeomType(key[0]).name.lower()}-"
                        f"{GeomType(key[1]).name.lower()} pairs are not supported by flexor yet")
     i, j = a[rows], b[rows]
+    hull = (collision.hulls(m, j),) if key[1] == GeomType.MESH else ()
     c_dist, pos, frame, exist = jax.vmap(collision_primitive.COLLIDERS[key])(
         d.geom_xpos[i], d.geom_xmat[i], m.geom_size[i], d.geom_xpos[j], d.geom_xmat[j],
-        m.geom_size[j], cutoff[sensor[rows]])
+        m.geom_size[j], cutoff[sensor[rows]], *hull)
     c_dist = jnp.where(exist, c_dist, jnp.inf)
     best = jnp.argmin(c_dist, axis=1)
     near = jnp.take_along_axis(c_dist, best[:, None], axis=1)[:, 0]

@@ -135,8 +135,8 @@ def _geom_or_body(r: Reader, names: dict[str, Names], side: str) -> tuple[int, i
 
 def _check_distance_pairs(r: Reader, fields: dict[str, Any], objtype: int, objid: int,
                           reftype: int, refid: int) -> None:
-  """Refuses distance sensors over geom type pairs flexor cannot measure (plane-mesh and height
-  fields)."""
+  """Refuses distance sensors over geom type pairs flexor cannot measure: height fields (MuJoCo
+  refuses them too)."""
   geom_type, bodyid = fields["geom_type"], fields["geom_bodyid"]
   geoms = lambda kind, i: ([i] if kind == ObjType.GEOM else
                            np.flatnonzero(bodyid == i).tolist())

@@ -62,8 +62,8 @@ SUPPORTED = frozenset({(_P, _S), (_P, _C), (_P, _E), (_P, _Y), (_P, _B), (_P, _M
 
 
 # the pairs mj_geomDistance (distance sensors) measures with a primitive collider, as flexor's
-# narrow phase has them: not mjc_Convex's, not box-box (native CCD takes it), not plane-mesh
-DISTANCE_PAIRS = SUPPORTED - CONVEX - HFIELD - {(_B, _B), (_P, _M)}
+# narrow phase has them: not mjc_Convex's, not box-box (native CCD takes it)
+DISTANCE_PAIRS = SUPPORTED - CONVEX - HFIELD - {(_B, _B)}
 # the pairs it measures with native CCD (mj_geomDistanceCCD): mjc_Convex's and box-box
 DISTANCE_CCD = CONVEX | MULTI | {(_B, _B)}
 
