@@ -202,6 +202,16 @@ def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
       face_quad=jnp.asarray(quad))
 
 
+def hull_vertices(m: Model, geoms: np.ndarray) -> jax.Array | None:
+  """The hull vertices (n, H, 3) of the mesh geoms among ``geoms`` (n,), zeros for the others;
+  None where none is a mesh (what the GJK/EPA kernels take as ``vert``)."""
+  mesh = np.flatnonzero(m.geom_type[geoms] == GeomType.MESH)
+  if not len(mesh):
+    return None
+  hull = hulls(m, geoms[mesh]).vert
+  return jnp.zeros((len(geoms),) + hull.shape[1:], hull.dtype).at[mesh].set(hull)
+
+
 def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
             ) -> tuple[Callable[..., collision_primitive.Contacts], tuple[Any, ...]]:
   """The narrow phase of one group of candidates ``cands`` (n,): its batched collider and the
@@ -213,14 +223,7 @@ def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
   if key not in collision_convex.PAIRS and key[0] != GeomType.HFIELD:
     hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
     return jax.vmap(collision_primitive.COLLIDERS[key]), (*args, *hull)
-  verts = []
-  for g, t in ((g1, t1), (g2, t2)):
-    mesh = np.flatnonzero(t == GeomType.MESH)
-    if not len(mesh):
-      verts.append(None)
-      continue
-    hull = hulls(m, g[mesh]).vert
-    verts.append(jnp.zeros((len(g),) + hull.shape[1:], hull.dtype).at[mesh].set(hull))
+  verts = [hull_vertices(m, g1), hull_vertices(m, g2)]
   tol = jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),))
   xpos1, xmat1, size1, xpos2, xmat2, size2, margin = args
   if key[0] == GeomType.HFIELD:

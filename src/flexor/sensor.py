@@ -291,14 +291,7 @@ def _ccd_distance(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, cutoff: jax
                   ) -> tuple[jax.Array, jax.Array]:
   """mj_geomDistanceCCD of the geom pairs (g1, g2) (n,) in the sensors' order, one kernel for
   all: the distance (n,) (the cutoff where nothing is closer) and the segment fromto (n, 6)."""
-  verts = []
-  for g in (g1, g2):
-    mesh = np.flatnonzero(m.geom_type[g] == GeomType.MESH)
-    if not len(mesh):
-      verts.append(None)
-      continue
-    hull = collision.hulls(m, g[mesh]).vert
-    verts.append(jnp.zeros((len(g),) + hull.shape[1:], hull.dtype).at[mesh].set(hull))
+  verts = [collision.hull_vertices(m, g1), collision.hull_vertices(m, g2)]
   distance = collision_convex.make_distance(
       (set(m.geom_type[g1].tolist()), set(m.geom_type[g2].tolist())), m.opt.ccd_iterations)
   return jax.vmap(distance)(

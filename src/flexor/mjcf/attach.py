@@ -45,7 +45,7 @@ from lxml import etree
 from flexor.mjcf import replicate
 from flexor.mjcf.defaults import Defaults
 from flexor.mjcf.parse import Source, load_model_asset
-from flexor.types import EnableBit
+from flexor.types import JNT_NQ, JNT_NV, EnableBit
 
 # elements that take a class, and attributes naming assets (renamed with the prefix)
 _ASSET_REFERENCES = {"geom": ("mesh", "material", "hfield"), "site": ("material",),
@@ -351,7 +351,7 @@ def _record_keys(source: Source, loaded: _Child, rename: Callable[[str], str]) -
                       [], [], [])
     source.attached_keys.append(key)
     for j, joint in enumerate(info["jnt_elements"]):
-      nq, nv = {0: (7, 6), 1: (4, 3)}.get(int(info["jnt_type"][j]), (1, 1))
+      nq, nv = int(JNT_NQ[info["jnt_type"][j]]), int(JNT_NV[info["jnt_type"][j]])
       qa, da = int(info["jnt_qposadr"][j]), int(info["jnt_dofadr"][j])
       loaded.pending.setdefault(joint, []).append(
           (key, "joints", info["key_qpos"][k, qa:qa + nq], info["key_qvel"][k, da:da + nv]))

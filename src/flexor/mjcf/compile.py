@@ -31,7 +31,7 @@ from flexor.mjcf.compile_tendon import compile_tendons
 from flexor.mjcf.defaults import ACTUATOR_TAGS, Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import Names, Reader, max_geom_pairs, size_nconmax
-from flexor.types import JNT_NQ, DisableBit, EnableBit, GeomType, JointType, Model
+from flexor.types import JNT_NQ, JNT_NV, DisableBit, EnableBit, GeomType, JointType, Model
 
 _INTEGRATORS = {"Euler": 0, "RK4": 1, "implicit": 2, "implicitfast": 3}
 _CONES = {"pyramidal": 0, "elliptic": 1}
@@ -445,7 +445,7 @@ def _attached_key(key: attach.AttachedKey, keys: dict[str, list[Any]], fields: d
   jnt_index = {id(e): j for j, e in enumerate(jnt_elements)}
   jnt_type = np.asarray(fields["jnt_type"], int)
   qposadr = np.cumsum(JNT_NQ[jnt_type]) - JNT_NQ[jnt_type]
-  dofnum = np.array([{0: 6, 1: 3}.get(t, 1) for t in jnt_type], int)
+  dofnum = JNT_NV[jnt_type]
   dofadr = np.cumsum(dofnum) - dofnum
   for element, q, v in key.joints:
     j = jnt_index.get(id(element))
