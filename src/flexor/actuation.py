@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math
+from flexor import history, math
 from flexor.muscle import muscle_bias, muscle_dynamics, muscle_gain, muscle_gain_vel
 from flexor.types import BiasType, Data, DisableBit, DynType, GainType, Model, TrnType
 
@@ -73,9 +73,10 @@ def _of(m: Model, field: str, value: int) -> np.ndarray:
 
 
 def controls(m: Model, d: Data) -> jax.Array:
-  """The controls actuators read, (nu,): ctrl clamped to ctrlrange (unless the clampctrl flag
-  is disabled), all zero if any is NaN or beyond mjMAXVAL in magnitude."""
-  ctrl = d.ctrl
+  """The controls actuators read, (nu,): ctrl (a delayed actuator's from its history, see
+  ``flexor.history``) clamped to ctrlrange (unless the clampctrl flag is disabled), all zero if
+  any is NaN or beyond mjMAXVAL in magnitude."""
+  ctrl = history.delayed_ctrl(m, d)
   if not m.opt.disabled(DisableBit.CLAMPCTRL):
     limited = m.actuator_ctrllimited.astype(bool)
     lo, hi = m.actuator_ctrlrange[:, 0], m.actuator_ctrlrange[:, 1]

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import actuation, math, passive
+from flexor import actuation, history, math, passive, sensor
 from flexor.crb import spd_solve
 from flexor.forward import forward, fwd_velocity
 from flexor.rne import rne
@@ -82,8 +82,9 @@ def integrate_pos(m: Model, qpos: jax.Array, qvel: jax.Array, dt: jax.Array | fl
 
 
 def _advance(m: Model, d: Data, act_dot: jax.Array, qacc: jax.Array,
-             qvel: jax.Array | None = None) -> Data:
-  """Advances act, qvel, qpos and time by one time step (``mj_advance``).
+             qvel: jax.Array | None = None, recorded: bool = False) -> Data:
+  """Records the history buffers (``history.advance``), then advances act, qvel, qpos and time
+  by one time step (``mj_advance``).
 
   Activations advance as ``actuation.advance_act`` describes (exact integration of filterexact
   dynamics, actrange clamping, setpoint wrapping). Positions advance with ``qvel`` if given (RK4),
@@ -96,6 +97,8 @@ def _advance(m: Model, d: Data, act_dot: jax.Array, qacc: jax.Array,
     qvel: optional (nv,) velocities for the position update.
   """
   h = m.opt.timestep
+  if not recorded:
+    d = history.advance(m, d, sensor.compute)
   act = d.act
   if m.na and not m.opt.disabled(DisableBit.ACTUATION):
     act = actuation.advance_act(m, d, act_dot)
@@ -184,8 +187,9 @@ def rk4(m: Model, d: Data) -> Data:
     # MuJoCo 4 advances with the tendon lengths, Jacobians and actuator velocities of the start
     # of the step (measured): the plastic update and the bristle states of dcmotors use them.
     d = d.replace(qpos=qpos0, qvel=qvel0, act=act0, time=time0, ten_length=start.ten_length,
-                  ten_J=start.ten_J, actuator_velocity=start.actuator_velocity)
-    return _advance(m, d, sums[2], sums[1], sums[0])
+                  ten_J=start.ten_J, actuator_velocity=start.actuator_velocity,
+                  history=history.advance(m, start, sensor.compute).history)
+    return _advance(m, d, sums[2], sums[1], sums[0], recorded=True)
 
 
 def _vel_jacobians(m: Model, d: Data, bias: bool) -> tuple[jax.Array, ...]:

@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import (collision, collision_convex, collision_primitive, constraint, math, passive,
-                    ray, tree)
+from flexor import (collision, collision_convex, collision_primitive, constraint, history, math,
+                    passive, ray, tree)
 from flexor.mjcf.contact_pairs import DISTANCE_CCD, DISTANCE_PAIRS, HAS_FUNCTION
 from flexor.rne import contact_force, rne_postconstraint
 from flexor.types import (ConstraintType, Data, DataType, DisableBit, EnableBit, GeomType, Model,
@@ -729,11 +729,14 @@ _ACC: dict[int, _Compute] = {
 # types whose values need cacc, cfrc_int and cfrc_ext (mj_sensorAcc's mj_rnePostConstraint call)
 _NEEDS_RNEPOST = (S.ACCELEROMETER, S.FORCE, S.TORQUE, S.FRAMELINACC, S.FRAMEANGACC)
 
-def _groups(m: Model, stage: Stage) -> list[tuple[int, np.ndarray]]:
-  """(type, sensor ids) of the stage's sensors, one group per type and dimension."""
-  mine = np.flatnonzero(m.sensor_needstage == stage) if m.nsensor else np.zeros(0, np.int64)
+def _groups(m: Model, mine: np.ndarray) -> list[tuple[int, np.ndarray]]:
+  """(type, sensor ids) of sensors ``mine``, one group per type and dimension."""
   keys = sorted({(int(m.sensor_type[i]), int(m.sensor_dim[i])) for i in mine})
   return [(t, mine[(m.sensor_type[mine] == t) & (m.sensor_dim[mine] == dim)]) for t, dim in keys]
+
+
+def _of_stage(m: Model, stage: Stage) -> np.ndarray:
+  return np.flatnonzero(m.sensor_needstage == stage) if m.nsensor else np.zeros(0, np.int64)
 
 
 def _cutoff(m: Model, ids: np.ndarray, value: jax.Array) -> jax.Array:
@@ -749,34 +752,50 @@ def _cutoff(m: Model, ids: np.ndarray, value: jax.Array) -> jax.Array:
   return jnp.where(cutoff > 0, clipped, value)
 
 
-def _stage(m: Model, d: Data, stage: Stage, table: dict[int, _Compute]) -> Data:
-  """Fills the sensordata of the stage's sensors (one vectorized computation per type)."""
-  groups = _groups(m, stage)
-  if not groups or m.opt.disabled(DisableBit.SENSOR):
-    return d
-  if stage == Stage.ACC and any(t in _NEEDS_RNEPOST for t, _ in groups):
-    d = rne_postconstraint(m, d)
-  sensordata = d.sensordata
-  for stype, ids in groups:
+_TABLES = {Stage.POS: _POS, Stage.VEL: _VEL, Stage.ACC: _ACC}
+
+
+def _compute(m: Model, d: Data, ids: np.ndarray, sensordata: jax.Array) -> jax.Array:
+  """``sensordata`` with the values of sensors ``ids`` computed from ``d``, cutoff applied
+  (mj_computeSensor; one vectorized computation per type)."""
+  for stype, group in _groups(m, ids):
+    table = _TABLES[Stage(int(m.sensor_needstage[group[0]]))]
     if stype not in table:
-      raise ValueError(f"sensor type {SensorType(stype).name} (sensors {ids.tolist()}) is not "
+      raise ValueError(f"sensor type {SensorType(stype).name} (sensors {group.tolist()}) is not "
                        "supported by flexor yet; remove it or disable sensors")
-    value = _cutoff(m, ids, table[stype](m, d, ids))
-    index = (m.sensor_adr[ids][:, None] + np.arange(value.shape[1])[None, :]).ravel()
+    value = _cutoff(m, group, table[stype](m, d, group))
+    index = (m.sensor_adr[group][:, None] + np.arange(value.shape[1])[None, :]).ravel()
     sensordata = sensordata.at[index].set(value.ravel().astype(sensordata.dtype))
+  return sensordata
+
+
+def compute(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """Sensordata (nsensordata,) with sensors ``ids`` computed anew from ``d`` as it stands, as
+  mj_advance does for delayed sensors (no rne_postconstraint: cacc and cfrc_* are d's)."""
+  return _compute(m, d, ids, d.sensordata)
+
+
+def _stage(m: Model, d: Data, stage: Stage) -> Data:
+  """Fills the sensordata of the stage's sensors, delayed ones read from their history."""
+  ids = _of_stage(m, stage)
+  if not len(ids) or m.opt.disabled(DisableBit.SENSOR):
+    return d
+  if stage == Stage.ACC and np.any(np.isin(m.sensor_type[ids], _NEEDS_RNEPOST)):
+    d = rne_postconstraint(m, d)
+  sensordata = history.delayed_sensors(m, d, ids, _compute(m, d, ids, d.sensordata))
   return d.replace(sensordata=sensordata)
 
 
 def sensor_pos(m: Model, d: Data) -> Data:
   """Computes the sensordata of position-stage sensors (mj_sensorPos), after fwd_position."""
   with jax.named_scope("sensor_pos"):
-    return _stage(m, d, Stage.POS, _POS)
+    return _stage(m, d, Stage.POS)
 
 
 def sensor_vel(m: Model, d: Data) -> Data:
   """Computes the sensordata of velocity-stage sensors (mj_sensorVel), after fwd_velocity."""
   with jax.named_scope("sensor_vel"):
-    return _stage(m, d, Stage.VEL, _VEL)
+    return _stage(m, d, Stage.VEL)
 
 
 def sensor_acc(m: Model, d: Data) -> Data:
@@ -784,4 +803,4 @@ def sensor_acc(m: Model, d: Data) -> Data:
   fwd_constraint; runs rne_postconstraint first (cacc, cfrc_int, cfrc_ext) when accelerometer,
   force, torque or frame acceleration sensors need it, as MuJoCo does."""
   with jax.named_scope("sensor_acc"):
-    return _stage(m, d, Stage.ACC, _ACC)
+    return _stage(m, d, Stage.ACC)

@@ -560,6 +560,7 @@ class Model(_Node):
   nexclude: int                 # <contact><exclude> elements
   nsensor: int
   nsensordata: int              # sum of sensor_dim
+  nhistory: int                 # length of Data.history (actuator and sensor history buffers)
   ncollision: int               # candidate geom pairs for the narrow phase (static, see below)
   nconslot: int                 # narrow-phase contact slots: every contact the candidates can make
   nconmax: int                  # Data's contact slots: nconslot, or <= size_nconmax per condim
@@ -784,6 +785,11 @@ class Model(_Node):
   actuator_damping: jax.Array = _field("nactuator", fill=0.0)      # added to the target's damping
   actuator_dampingpoly: jax.Array = _field("nactuator", 2, fill=0.0)
   actuator_armature: jax.Array = _field("nactuator", fill=0.0)     # added to the target's armature
+  # history buffers (MuJoCo 4): (nsample, interp) with interp 0 zero-order hold, 1 linear,
+  # 2 cubic; the buffer's address in Data.history or -1; the delay (s) of the controls read
+  actuator_history: np.ndarray = _field("nactuator", 2, fill=0)
+  actuator_historyadr: np.ndarray = _field("nactuator", derived=True)
+  actuator_delay: jax.Array = _field("nactuator", fill=0.0)
   # static tables derived from the parameters at compile time (no mjModel counterpart): the
   # offsets of the dcmotor and pid states within the actuator's act block, (slew, integral,
   # temperature, bristle, current) or -1, and which setpoints wrap around a rotation (MuJoCo's
@@ -821,6 +827,10 @@ class Model(_Node):
   sensor_adr: np.ndarray = _field("nsensor", derived=True)
   sensor_cutoff: jax.Array = _field("nsensor", fill=0.0)    # clamp of |value|; 0: none
   sensor_noise: jax.Array = _field("nsensor", fill=0.0)     # noise std dev, for users: not added
+  sensor_history: np.ndarray = _field("nsensor", 2, fill=0)  # (nsample, interp), see actuators
+  sensor_historyadr: np.ndarray = _field("nsensor", derived=True)
+  sensor_delay: jax.Array = _field("nsensor", fill=0.0)      # s; > 0: sensordata is delayed
+  sensor_interval: jax.Array = _field("nsensor", 2, fill=0.0)  # (period, phase) in s; 0: none
 
   # explicit contact pairs and excluded body pairs; a signature is body1 << 16 + body2
   pair_dim: np.ndarray = _field("npair", fill=3)
@@ -1023,10 +1033,52 @@ class Data:
   efc_state: jax.Array = _field("njmax", fill=0)      # int: mjtConstraintState
   # sensors (Model.sensor_*): values after the stage each sensor needs, cutoff applied
   sensordata: jax.Array = _field("nsensordata", fill=0.0)
+  # past controls and sensor values, see flexor.history; reset as mj_resetData
+  history: jax.Array = _field("nhistory")
   # potential and kinetic energy (J): with EnableBit.ENERGY, or as energy sensors need them
   energy: jax.Array = _field(None, 2, fill=0.0)
   # diagnostics: set under jit, checked by the caller
   warning_nan: jax.Array = _field(None, fill=False)   # bool: a state or acceleration became non-finite
+
+
+# how far below a step a sensor tick may fall and still round up to it (measured on MuJoCo 4.0.0:
+# between 5e-13 and 5e-12 steps)
+_GRID_TOL = 1e-12
+
+
+def _history0(model: Model) -> np.ndarray:
+  """Initial history buffers (nhistory,), as mj_resetData: each [user, cursor, times (n),
+  values (n, dim)] with the cursor on the newest of n samples, zero values, and times one step
+  apart up to -timestep; a sensor with a period keeps its samples a period apart (rounded up to
+  the step grid) ending at the phase, or at -period for phase 0, and its user slot holds that
+  last tick."""
+  history = np.zeros(model.nhistory)
+  if not model.nhistory:
+    return history
+  dt = float(np.asarray(model.opt.timestep))
+  if dt <= 0:
+    raise ValueError(f"history buffers require a positive timestep, got {dt:g}")
+  interval = np.asarray(model.sensor_interval, dtype=np.float64).reshape(-1, 2)
+  # (address, samples, user slot, period, phase); an actuator's user slot is free (0)
+  buffers = [(adr, n, 0.0, 0.0, 0.0) for adr, n in zip(model.actuator_historyadr,
+                                                       model.actuator_history[:, 0])]
+  for i, (adr, n) in enumerate(zip(model.sensor_historyadr, model.sensor_history[:, 0])):
+    period, phase = interval[i]
+    last = (-period if phase == 0 else phase) if period > 0 else -dt
+    buffers.append((adr, n, last, period, last))
+  for adr, n, user, period, last in buffers:
+    if adr < 0:
+      continue
+    times = -(n - np.arange(n)) * dt
+    if period > 0:
+      # ticks a period apart, each rounded up to the step grid but at least one step before
+      # the next sample, the newest one step before the first tick to be recorded (measured)
+      step = int(np.ceil((last + period) / dt - _GRID_TOL))
+      for j in range(n - 1, -1, -1):
+        step = min(int(np.ceil((last - (n - 1 - j) * period) / dt - _GRID_TOL)), step - 1)
+        times[j] = step * dt
+    history[adr:adr + 2 + n] = np.concatenate([[user, n - 1], times])
+  return history
 
 
 def _size(model: Model, key: int | str) -> int:
@@ -1064,7 +1116,7 @@ def make_data(model: Model, batch_shape: tuple[int, ...] = (), key: int | str | 
   mocap_bodies = mocap_bodies[np.argsort(model.body_mocapid[mocap_bodies])]
   values: dict[str, Any] = dict(qpos=model.qpos0, mocap_pos=np.asarray(model.body_pos)[mocap_bodies],
                                 mocap_quat=np.asarray(model.body_quat)[mocap_bodies],
-                                plastic=_plastic0(model))
+                                plastic=_plastic0(model), history=_history0(model))
   if key is not None:
     k = model.name2id("key", key) if isinstance(key, str) else int(key)
     values.update(time=model.key_time[k], qpos=model.key_qpos[k], qvel=model.key_qvel[k],

@@ -187,6 +187,22 @@ def _plastic_tables(f: dict[str, Any], jnt_type: np.ndarray, ntendon: int) -> di
               nplastic=int(width.sum()))
 
 
+def _history_tables(out: dict[str, Any]) -> dict[str, Any]:
+  """History buffer addresses and nhistory, as MuJoCo 4's compiler: actuators, then sensors.
+
+  A buffer of n > 0 samples of dim values takes 2 + n + n dim entries (user slot, cursor,
+  times, values); an actuator's dim is its ctrlnum. Others get -1.
+  """
+  samples = np.concatenate([np.asarray(out["actuator_history"]).reshape(-1, 2)[:, 0],
+                            np.asarray(out["sensor_history"]).reshape(-1, 2)[:, 0]])
+  dim = np.concatenate([out["actuator_ctrlnum"], out["sensor_dim"]])
+  width = np.where(samples > 0, 2 + samples * (1 + dim), 0)
+  adr = np.where(width > 0, np.cumsum(width) - width, -1).astype(np.int32)
+  nactuator = len(out["actuator_ctrlnum"])
+  return dict(actuator_historyadr=adr[:nactuator], sensor_historyadr=adr[nactuator:],
+              nhistory=int(width.sum()))
+
+
 def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = None,
              convex: bool = True) -> Model:
   """Returns a Model from primary per-element arrays.
@@ -289,6 +305,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
                                     np.asarray(out["jnt_axis"], np.float64))
   out["body_simple"][_armature_wrap_bodies(out)] = 0
   out.update(plastic)
+  out.update(_history_tables(out))
   out["mesh_polyquad"] = mesh.polygon_quads(out)
   out.update(contact_pairs.candidates(out, out["opt"].disableflags, convex))
   out["size_nconmax"] = int(f.get("size_nconmax", -1))

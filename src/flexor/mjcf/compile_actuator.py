@@ -41,12 +41,14 @@ _GAIN = {"fixed": GainType.FIXED, "affine": GainType.AFFINE, "muscle": GainType.
          "user": GainType.USER}
 _BIAS = {"none": BiasType.NONE, "affine": BiasType.AFFINE, "muscle": BiasType.MUSCLE,
          "dcmotor": BiasType.DCMOTOR, "so3": BiasType.SO3, "user": BiasType.USER}
-_INTERP = {"zoh": 0, "linear": 1, "cubic": 2}
+INTERP = {"zoh": 0, "linear": 1, "cubic": 2}
+# MuJoCo stores a history buffer's cursor as a number, exact up to 2^24 in single precision
+MAX_SAMPLES = 1 << 24
 
 # Mechanical attributes (MuJoCo's kGeneralAttrs rows): XML name, spec field, how to read it.
 # "n" reads exactly n numbers, "n+" up to n over the current value; dicts are keywords.
 _ROWS = (("group", "group", "int"), ("nsample", "nsample", "int"),
-         ("interp", "interp", _INTERP), ("delay", "delay", "1"), ("ctrlrange", "ctrlrange", "2"),
+         ("interp", "interp", INTERP), ("delay", "delay", "1"), ("ctrlrange", "ctrlrange", "2"),
          ("ctrllimited", "ctrllimited", LIMITED), ("forcelimited", "forcelimited", LIMITED),
          ("actlimited", "actlimited", LIMITED), ("forcerange", "forcerange", "2"),
          ("actrange", "actrange", "2"), ("lengthrange", "lengthrange", "2"),
@@ -269,12 +271,10 @@ class _Compiler:
     Errors point at the actuator element (the attribute they name may come from its class)."""
     r = Reader(self.source, Attributes(element, ()))
     trntype, trnid = self.transmission(r, element)
-    if a.nsample > 0 or a.delay > 0:
-      attr = "nsample" if a.nsample > 0 else "delay"
-      if a.delay > 0 and a.nsample <= 0:
-        raise r.error("delay > 0 needs a history buffer (nsample > 0)", "delay")
-      raise r.error("actuator history buffers (nsample, delay) are not supported by flexor yet",
-                    attr)
+    if a.delay > 0 and a.nsample <= 0:
+      raise r.error("delay > 0 needs a history buffer (nsample > 0)", "delay")
+    if a.nsample > MAX_SAMPLES:
+      raise r.error(f"at most 2^24 samples in a history buffer, got {a.nsample}", "nsample")
     if trntype == TrnType.SLIDERCRANK and a.cranklength <= 0:
       raise r.error(f"a slider-crank needs a positive cranklength, got {a.cranklength:g}",
                     "cranklength")
@@ -326,6 +326,9 @@ class _Compiler:
                       f"got {actnum}; use dyntype 'dcmotor'", "gaintype")
     if a.dyntype == DynType.DCMOTOR and not a.actearly:
       raise r.error("actearly cannot be false for a DC motor actuator", "actearly")
+    if (a.delay > 0 or a.nsample > 0) and ctrlnum == 0:
+      raise r.error("a history buffer or delay needs an actuator with an input",
+                    "nsample" if a.nsample > 0 else "delay")
     self._muscle(r, a)
     controls = [(_limited(a.ctrllimited, a.ctrlrange), np.array(a.ctrlrange))] * ctrlnum
     if a.gaintype == GainType.PID:
@@ -341,7 +344,8 @@ class _Compiler:
                 dynprm=a.dynprm, gainprm=a.gainprm, biasprm=a.biasprm, forcerange=a.forcerange,
                 actrange=a.actrange, cranklength=a.cranklength, damping=a.damping[0],
                 dampingpoly=a.damping[1:], armature=a.armature, controls=controls,
-                gear=a.gear, lengthrange=a.lengthrange)
+                gear=a.gear, lengthrange=a.lengthrange, history=(a.nsample, a.interp),
+                delay=a.delay)
 
   def _so3(self, r: Reader, a: ActuatorSpec, trntype: int, trnid: list[int], jnt_type):
     """The SO3 (orientation) block: (trntype SO3, chart, ctrlnum); validates the servo."""
@@ -526,7 +530,8 @@ def compile_actuators(source: Source, defaults: Defaults, compiler: Compiler,
       "actuator_ctrlnum": ctrlnum, "actuator_outnum": outnum, "actuator_actnum": actnum}
   per_actuator = ("trntype", "dyntype", "gaintype", "biastype", "trnid", "ctrlspec", "group",
                   "forcelimited", "actlimited", "actearly", "dynprm", "gainprm", "biasprm",
-                  "forcerange", "actrange", "cranklength", "damping", "dampingpoly", "armature")
+                  "forcerange", "actrange", "cranklength", "damping", "dampingpoly", "armature",
+                  "history", "delay")
   for key in per_actuator:
     out[f"actuator_{key}"] = np.array([row[key] for row in rows])
   controls = [c for row in rows for c in row["controls"]]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from flexor.mjcf.compile_actuator import INTERP, MAX_SAMPLES
 from flexor.mjcf.defaults import Attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import Names, Reader, check_user, nuser
@@ -108,7 +109,29 @@ CONDATA = {"found": (0, 1), "force": (1, 3), "torque": (2, 3), "dist": (3, 1), "
 REDUCE = {"none": 0, "mindist": 1, "maxforce": 2, "netforce": 3}
 _CONTACT_SIDES = (("geom1", ObjType.GEOM, "geom"), ("body1", ObjType.BODY, "body"),
                   ("subtree1", ObjType.XBODY, "body"), ("site", ObjType.SITE, "site"))
-_HISTORY = ("nsample", "delay", "interval")
+
+
+_TUPLES = ("intprm", "history")
+_REALS = ("cutoff", "noise", "delay", "interval")
+
+
+def _history(r: Reader) -> dict[str, Any]:
+  """The sensor's history buffer: {history: (nsample, interp), delay, interval: (period,
+  phase)}, validated as MuJoCo's compiler does."""
+  nsample, delay = r.int("nsample", 0), r.float("delay", 0.0)
+  interval = r.floats("interval", 2, (0.0, 0.0), at_most=True)
+  if interval[0] < 0:
+    raise r.error("negative interval in sensor", "interval")
+  if interval[1] > 0:
+    raise r.error("positive phase in sensor", "interval")
+  if interval[0] > 0 and interval[1] <= -interval[0]:
+    raise r.error("the phase must be greater than -period in sensor", "interval")
+  if delay > 0 and nsample <= 0:
+    raise r.error("delay > 0 needs a history buffer (nsample > 0)", "delay")
+  if nsample > MAX_SAMPLES:
+    raise r.error(f"at most 2^24 samples in a history buffer, got {nsample}", "nsample")
+  return dict(history=(nsample, r.keyword("interp", INTERP, 0)), delay=delay,
+              interval=tuple(interval))
 
 
 def _frame_object(r: Reader, names: dict[str, Names], type_attr: str,
@@ -220,7 +243,8 @@ def compile_sensors(source: Source, names: dict[str, Names],
   n_user = nuser(source, "sensor")
   rows: dict[str, list[Any]] = {k: [] for k in ("type", "datatype", "needstage", "objtype",
                                                 "objid", "reftype", "refid", "dim", "cutoff",
-                                                "noise", "intprm")}
+                                                "noise", "intprm", "history", "delay",
+                                                "interval")}
   sensor_names: list[str] = []
   for section in source.sections("sensor"):
     for element in section:
@@ -228,16 +252,13 @@ def compile_sensors(source: Source, names: dict[str, Names],
       if element.tag not in _TAGS:
         raise source.error(element, f"<{element.tag}> sensors are not supported by flexor yet")
       stype, attr, objtype = _TAGS[element.tag]
-      for name in _HISTORY:
-        if r.has(name):
-          raise r.error("sensor delays, intervals and history buffers are not supported by "
-                        "flexor yet", name)
       check_user(r, n_user, "sensor")
       noise, cutoff = r.float("noise", 0.0), r.float("cutoff", 0.0)
       if noise < 0:
         raise r.error(f"negative noise in sensor: {noise:g}", "noise")
       if cutoff < 0:
         raise r.error(f"negative cutoff in sensor: {cutoff:g}", "cutoff")
+      history = _history(r)
       if stype == S.RANGEFINDER and r.has("camera") == r.has("site"):
         raise r.error("exactly one of 'site' and 'camera' must be given", "site")
       objid, reftype, refid = -1, int(ObjType.UNKNOWN), -1
@@ -303,10 +324,11 @@ def compile_sensors(source: Source, names: dict[str, Names],
       for key, value in (("type", stype), ("datatype", datatype), ("needstage", stage),
                          ("objtype", objtype), ("objid", objid), ("reftype", reftype),
                          ("refid", refid), ("dim", dim), ("cutoff", cutoff), ("noise", noise),
-                         ("intprm", tuple(intprm))):
-        rows[key].append(value if key in ("cutoff", "noise", "intprm") else int(value))
-  out: dict[str, Any] = {f"sensor_{k}": np.array(v, dtype=np.float64 if k in ("cutoff", "noise")
+                         ("intprm", tuple(intprm)), *history.items()):
+        rows[key].append(value if key in _TUPLES + _REALS else int(value))
+  out: dict[str, Any] = {f"sensor_{k}": np.array(v, dtype=np.float64 if k in _REALS
                                                   else np.int32) for k, v in rows.items()}
-  out["sensor_intprm"] = out["sensor_intprm"].reshape(-1, 3)
+  for key, width in (("intprm", 3), ("history", 2), ("interval", 2)):
+    out[f"sensor_{key}"] = out[f"sensor_{key}"].reshape(-1, width)
   out["names_sensor"] = tuple(sensor_names)
   return out
