@@ -69,6 +69,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "actuator_trn": ("actuator_gear", "actuator_cranklength"),
     "actuator_passive": ("actuator_damping", "actuator_dampingpoly", "actuator_armature"),
     "actuator_lengthrange": ("actuator_lengthrange",),
+    "history": ("nhistory", "actuator_history", "actuator_historyadr", "actuator_delay",
+                "sensor_history", "sensor_historyadr", "sensor_delay", "sensor_interval"),
     "tendon": ("tendon_num", "tendon_adr", "tendon_limited", "tendon_range",
                "tendon_actfrclimited", "tendon_actfrcrange", "wrap_type", "wrap_objid",
                "wrap_prm"),

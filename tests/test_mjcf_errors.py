@@ -283,6 +283,13 @@ _CASES = [
      "actearly", "actearly"),
     ("delay_without_history", _act("<motor joint='j' delay='0.1'/>"), 17, "motor", "delay",
      "nsample"),
+    ("history_without_input", _act("<dcmotor joint='j' motorconst='0.1' resistance='1' "
+                                   "input='none' nsample='2'/>"), 17, "dcmotor", "nsample",
+     "input"),
+    ("history_interp", _act("<motor joint='j' nsample='2' interp='quad'/>"), 17, "motor",
+     "interp", "invalid keyword"),
+    ("history_samples", _act("<motor joint='j' nsample='16777217'/>"), 17, "motor", "nsample",
+     "2^24"),
     ("actuator_user_count", _act("<motor joint='j' user='1 2'/>", "<size nuser_actuator='1'/>"),
      17, "motor", "user", "nuser_actuator"),
     ("nuser_actuator", _act("<motor joint='j'/>", "<size nuser_actuator='-2'/>"), 1, "size",
@@ -358,9 +365,6 @@ _CASES = [
 
 # Features flexor refuses with "not supported by flexor yet" although MuJoCo compiles them.
 _UNSUPPORTED = [
-    ("history_nsample", _act("<motor joint='j' nsample='3'/>"), 17, "motor", "nsample"),
-    ("history_delay", _act("<motor joint='j' nsample='3' delay='0.01'/>"), 17, "motor",
-     "nsample"),
     ("actuator_plugin", _act("<plugin joint='j' instance='p'/>",
                              "<extension><plugin plugin='mujoco.pid'><instance name='p'>"
                              "<config key='kp' value='1'/></instance></plugin></extension>"),
