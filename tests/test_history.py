@@ -223,3 +223,48 @@ def test_rollout_gradient_through_delays():
     numeric = (float(f(*plus)) - float(f(*minus))) / (2 * eps)
     analytic = float(jnp.sum(g * direction))
     assert abs(analytic - numeric) <= 1e-6 * (1 + abs(numeric)), (argnum, analytic, numeric)
+
+
+def test_preloaded_history_matches_mujoco():
+  """init_ctrl_history and init_sensor_history preload a known past (mj_initCtrlHistory,
+  mj_initSensorHistory); read_ctrl and read_sensor then read what mj_readCtrl and
+  mj_readSensor read, and the steps that follow match."""
+  mj, m = _pair()
+  md = mujoco.MjData(mj)
+  d = make_data(m)
+  rng = np.random.default_rng(7)
+  for i in np.flatnonzero(mj.actuator_historyadr >= 0):
+    n, dim = int(mj.actuator_history[i, 0]), int(mj.actuator_ctrlnum[i])
+    values = rng.normal(size=(n, dim))
+    times = None if i % 2 else np.sort(rng.uniform(-0.1, 0.0, n))
+    mujoco.mj_initCtrlHistory(mj, md, int(i), times, values)
+    d = history.init_ctrl_history(m, d, int(i), jnp.asarray(values),
+                                  None if times is None else jnp.asarray(times))
+  for i in np.flatnonzero(mj.sensor_historyadr >= 0):
+    n, dim = int(mj.sensor_history[i, 0]), int(mj.sensor_dim[i])
+    values = rng.normal(size=(n, dim))
+    phase = -0.01 * (i % 3)
+    mujoco.mj_initSensorHistory(mj, md, int(i), None, values, phase)
+    d = history.init_sensor_history(m, d, int(i), jnp.asarray(values), phase=phase)
+  np.testing.assert_array_equal(np.asarray(d.history), md.history)
+  for t in (-0.2, -0.037, -0.01, 0.0, 0.02):
+    for i in range(mj.nactuator):
+      # the bindings return a view that the next call may overwrite: copy at once
+      expected = mujoco.mj_readCtrl(mj, md, i, t, np.zeros(mj.actuator_ctrlnum[i]),
+                                    int(mj.actuator_history[i, 1])).copy()
+      np.testing.assert_allclose(history.read_ctrl(m, d, i, t), expected, rtol=1e-12,
+                                 atol=1e-14, err_msg=f"actuator {i} at {t}")
+    for i in range(mj.nsensor):
+      expected = mujoco.mj_readSensor(mj, md, i, t, np.zeros(mj.sensor_dim[i]), 2).copy()
+      np.testing.assert_allclose(history.read_sensor(m, d, i, t, interp=2), expected,
+                                 rtol=1e-12, atol=1e-14, err_msg=f"sensor {i} at {t}")
+  for t in range(5):
+    mujoco.mj_step(mj, md)
+    d = _step()(m, d)
+    _compare(d, md, f"step {t}")
+  with pytest.raises(ValueError, match="strictly increasing"):
+    history.init_ctrl_history(m, d, 0, jnp.zeros((4, 3)), jnp.zeros(4))
+  with pytest.raises(ValueError, match="no history buffer"):
+    plain = flexor.load_mjcf_string(GRAD_XML.replace(' nsample="4"', "").replace(
+        ' delay="0.023"', ""))
+    history.init_ctrl_history(plain, make_data(plain), 0, jnp.zeros(1))

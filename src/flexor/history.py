@@ -16,7 +16,10 @@ a ring whose logical sample j (0 oldest) sits at physical index ``(cursor + 1 + 
 * ``delayed_sensors`` gives the sensordata of a stage (``compute_or_read_sensor``): a delayed
   sensor's values at ``time - delay``, and a sensor with a period its last sample between ticks;
 * ``advance`` records the step's controls and sensor values before the state advances
-  (``mj_advance``).
+  (``mj_advance``);
+* ``read_ctrl``, ``read_sensor``, ``init_ctrl_history`` and ``init_sensor_history`` are MuJoCo's
+  ``mj_readCtrl``, ``mj_readSensor``, ``mj_initCtrlHistory`` and ``mj_initSensorHistory``: what
+  an element reads at a given time, and a buffer preloaded with a known past.
 
 Buffers of one kind with equal n and dim are processed together, so a model pays one gather and
 one scatter per (n, dim) group. Delays and intervals are traced parameters: the mode each implies
@@ -132,6 +135,73 @@ def insert(history: jax.Array, adr: np.ndarray, n: int, dim: int, t: jax.Array,
   history = history.at[jnp.take_along_axis(jnp.asarray(times_at), phys, axis=1)].set(times)
   return history.at[jnp.take_along_axis(jnp.asarray(values_at), phys[:, :, None], axis=1)].set(
       values.astype(history.dtype))
+
+
+def _init(history: jax.Array, adr: int, n: int, dim: int, values: jax.Array,
+          times: jax.Array | None, user: jax.Array | float | None) -> jax.Array:
+  """Rewrites one buffer as ``mju_historyInit``: ``times`` (n,), strictly increasing, and
+  ``values`` (n, dim) stored in order with the cursor on the last, the user slot set unless
+  None. Without ``times`` the stored times are kept in storage order, as MuJoCo does."""
+  if times is None:
+    times = history[adr + 2:adr + 2 + n]
+  if not isinstance(times, jax.core.Tracer) and np.any(np.diff(np.asarray(times)) < _MINVAL):
+    raise ValueError(f"history times must be strictly increasing, got {np.asarray(times)}")
+  values = jnp.asarray(values, history.dtype).reshape(n, dim)
+  history = history.at[adr + 1].set(n - 1)
+  history = history.at[adr + 2:adr + 2 + n].set(jnp.asarray(times, history.dtype))
+  history = history.at[adr + 2 + n:adr + 2 + n + n * dim].set(values.ravel())
+  return history if user is None else history.at[adr].set(user)
+
+
+def _buffer(kind: str, history: np.ndarray, adr: np.ndarray, i: int) -> tuple[int, int]:
+  if history[i, 0] <= 0:
+    raise ValueError(f"{kind} {i} has no history buffer (nsample = 0)")
+  return int(adr[i]), int(history[i, 0])
+
+
+def read_ctrl(m: Model, d: Data, i: int, time: jax.Array | float,
+              interp: int | None = None) -> jax.Array:
+  """Actuator ``i``'s controls (ctrlnum,) as it reads them at ``time``: from its history at
+  ``time - actuator_delay``, by ``interp`` (default: the actuator's own), or ``d.ctrl`` without
+  a buffer (``mj_readCtrl``)."""
+  adr, num = int(m.actuator_ctrladr[i]), int(m.actuator_ctrlnum[i])
+  if m.actuator_history[i, 0] <= 0:
+    return d.ctrl[adr:adr + num]
+  order = m.actuator_history[i, 1] if interp is None else interp
+  t = jnp.reshape(jnp.asarray(time, d.history.dtype) - m.actuator_delay[i], (1,))
+  return read(d.history, m.actuator_historyadr[i:i + 1], int(m.actuator_history[i, 0]), num, t,
+              np.array([order]))[0]
+
+
+def read_sensor(m: Model, d: Data, i: int, time: jax.Array | float,
+                interp: int | None = None) -> jax.Array:
+  """Sensor ``i``'s values (dim,) at ``time`` from its history at ``time - sensor_delay``, by
+  ``interp`` (default: the sensor's own), or its sensordata without a buffer
+  (``mj_readSensor``)."""
+  adr, dim = int(m.sensor_adr[i]), int(m.sensor_dim[i])
+  if m.sensor_history[i, 0] <= 0:
+    return d.sensordata[adr:adr + dim]
+  order = m.sensor_history[i, 1] if interp is None else interp
+  t = jnp.reshape(jnp.asarray(time, d.history.dtype) - m.sensor_delay[i], (1,))
+  return read(d.history, m.sensor_historyadr[i:i + 1], int(m.sensor_history[i, 0]), dim, t,
+              np.array([order]))[0]
+
+
+def init_ctrl_history(m: Model, d: Data, i: int, values: jax.Array,
+                      times: jax.Array | None = None) -> Data:
+  """Data with actuator ``i``'s buffer holding ``values`` (nsample, ctrlnum) at ``times``
+  (nsample,), strictly increasing (default: the buffer's times), as ``mj_initCtrlHistory``."""
+  adr, n = _buffer("actuator", m.actuator_history, m.actuator_historyadr, i)
+  return d.replace(history=_init(d.history, adr, n, int(m.actuator_ctrlnum[i]), values, times,
+                                 None))
+
+
+def init_sensor_history(m: Model, d: Data, i: int, values: jax.Array,
+                        times: jax.Array | None = None, phase: jax.Array | float = 0.0) -> Data:
+  """Data with sensor ``i``'s buffer holding ``values`` (nsample, dim) at ``times`` (nsample,)
+  (default: the buffer's times) and ``phase`` as its last tick, as ``mj_initSensorHistory``."""
+  adr, n = _buffer("sensor", m.sensor_history, m.sensor_historyadr, i)
+  return d.replace(history=_init(d.history, adr, n, int(m.sensor_dim[i]), values, times, phase))
 
 
 def _ctrl_groups(m: Model) -> list[tuple[np.ndarray, int, int]]:
