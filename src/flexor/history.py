@@ -159,6 +159,14 @@ def _buffer(kind: str, history: np.ndarray, adr: np.ndarray, i: int) -> tuple[in
   return int(adr[i]), int(history[i, 0])
 
 
+def _read_one(d: Data, adr: int, history: np.ndarray, dim: int, delay: jax.Array,
+              time: jax.Array | float, interp: int | None) -> jax.Array:
+  """One buffer's values (dim,) at ``time - delay``; ``history`` is its (nsample, interp)."""
+  order = history[1] if interp is None else interp
+  t = jnp.reshape(jnp.asarray(time, d.history.dtype) - delay, (1,))
+  return read(d.history, np.array([adr]), int(history[0]), dim, t, np.array([order]))[0]
+
+
 def read_ctrl(m: Model, d: Data, i: int, time: jax.Array | float,
               interp: int | None = None) -> jax.Array:
   """Actuator ``i``'s controls (ctrlnum,) as it reads them at ``time``: from its history at
@@ -167,10 +175,8 @@ def read_ctrl(m: Model, d: Data, i: int, time: jax.Array | float,
   adr, num = int(m.actuator_ctrladr[i]), int(m.actuator_ctrlnum[i])
   if m.actuator_history[i, 0] <= 0:
     return d.ctrl[adr:adr + num]
-  order = m.actuator_history[i, 1] if interp is None else interp
-  t = jnp.reshape(jnp.asarray(time, d.history.dtype) - m.actuator_delay[i], (1,))
-  return read(d.history, m.actuator_historyadr[i:i + 1], int(m.actuator_history[i, 0]), num, t,
-              np.array([order]))[0]
+  return _read_one(d, int(m.actuator_historyadr[i]), m.actuator_history[i], num,
+                   m.actuator_delay[i], time, interp)
 
 
 def read_sensor(m: Model, d: Data, i: int, time: jax.Array | float,
@@ -181,10 +187,8 @@ def read_sensor(m: Model, d: Data, i: int, time: jax.Array | float,
   adr, dim = int(m.sensor_adr[i]), int(m.sensor_dim[i])
   if m.sensor_history[i, 0] <= 0:
     return d.sensordata[adr:adr + dim]
-  order = m.sensor_history[i, 1] if interp is None else interp
-  t = jnp.reshape(jnp.asarray(time, d.history.dtype) - m.sensor_delay[i], (1,))
-  return read(d.history, m.sensor_historyadr[i:i + 1], int(m.sensor_history[i, 0]), dim, t,
-              np.array([order]))[0]
+  return _read_one(d, int(m.sensor_historyadr[i]), m.sensor_history[i], dim, m.sensor_delay[i],
+                   time, interp)
 
 
 def init_ctrl_history(m: Model, d: Data, i: int, values: jax.Array,
