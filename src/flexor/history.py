@@ -40,7 +40,10 @@ from flexor.types import Data, Model
 _MINVAL = 1e-15
 
 
-def _groups(history: np.ndarray, adr: np.ndarray, dim: np.ndarray) -> list[tuple[np.ndarray, int, int]]:
+_Groups = list[tuple[np.ndarray, int, int]]
+
+
+def _groups(history: np.ndarray, adr: np.ndarray, dim: np.ndarray) -> _Groups:
   """(element ids, n, dim) of the elements with a buffer, one group per (n, dim)."""
   n = history[:, 0] if len(history) else np.zeros(0, np.int32)
   keys = sorted({(int(n[i]), int(dim[i])) for i in np.flatnonzero(adr >= 0)})
@@ -208,11 +211,11 @@ def init_sensor_history(m: Model, d: Data, i: int, values: jax.Array,
   return d.replace(history=_init(d.history, adr, n, int(m.sensor_dim[i]), values, times, phase))
 
 
-def _ctrl_groups(m: Model) -> list[tuple[np.ndarray, int, int]]:
+def _ctrl_groups(m: Model) -> _Groups:
   return _groups(m.actuator_history, m.actuator_historyadr, m.actuator_ctrlnum)
 
 
-def _sensor_groups(m: Model, ids: np.ndarray | None = None) -> list[tuple[np.ndarray, int, int]]:
+def _sensor_groups(m: Model, ids: np.ndarray | None = None) -> _Groups:
   adr = m.sensor_historyadr
   if ids is not None:
     adr = np.where(np.isin(np.arange(m.nsensor), ids), adr, -1)

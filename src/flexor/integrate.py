@@ -185,7 +185,8 @@ def rk4(m: Model, d: Data) -> Data:
     start = d
     (sums, _, d), _ = jax.lax.scan(stage, (sums, (qvel0, d.qacc, d.act_dot), d), coefs)
     # MuJoCo 4 advances with the tendon lengths, Jacobians and actuator velocities of the start
-    # of the step (measured): the plastic update and the bristle states of dcmotors use them.
+    # of the step (measured): the plastic update and the bristle states of dcmotors use them;
+    # its history buffers record the start of the step too (measured: delayed sensors' values).
     d = d.replace(qpos=qpos0, qvel=qvel0, act=act0, time=time0, ten_length=start.ten_length,
                   ten_J=start.ten_J, actuator_velocity=start.actuator_velocity,
                   history=history.advance(m, start, sensor.compute).history)
