@@ -730,9 +730,10 @@ _ACC: dict[int, _Compute] = {
 _NEEDS_RNEPOST = (S.ACCELEROMETER, S.FORCE, S.TORQUE, S.FRAMELINACC, S.FRAMEANGACC)
 
 def _groups(m: Model, mine: np.ndarray) -> list[tuple[int, np.ndarray]]:
-  """(type, sensor ids) of sensors ``mine``, one group per type and dimension."""
-  keys = sorted({(int(m.sensor_type[i]), int(m.sensor_dim[i])) for i in mine})
-  return [(t, mine[(m.sensor_type[mine] == t) & (m.sensor_dim[mine] == dim)]) for t, dim in keys]
+  """(type, sensor ids) of sensors ``mine``, one group per stage, type and dimension."""
+  key = lambda i: (int(m.sensor_needstage[i]), int(m.sensor_type[i]), int(m.sensor_dim[i]))
+  keys = sorted({key(i) for i in mine})
+  return [(k[1], np.array([i for i in mine if key(i) == k], np.int64)) for k in keys]
 
 
 def _of_stage(m: Model, stage: Stage) -> np.ndarray:
