@@ -45,6 +45,14 @@ def _pair(integrator: str = "euler") -> tuple[mujoco.MjModel, flexor.Model]:
   return mj, from_mujoco(mj)
 
 
+def _step_both(mj: mujoco.MjModel, md: mujoco.MjData, m: flexor.Model, d: flexor.Data,
+               ctrl: np.ndarray) -> flexor.Data:
+  """One step of each engine with controls ``ctrl``; returns flexor's new Data."""
+  md.ctrl[:] = ctrl
+  mujoco.mj_step(mj, md)
+  return _step()(m, d.replace(ctrl=jnp.asarray(ctrl)))
+
+
 def _compare(d: flexor.Data, md: mujoco.MjData, what: str) -> None:
   for field in FIELDS:
     err = support.relerr(np.asarray(getattr(d, field)), getattr(md, field))
@@ -94,10 +102,7 @@ def test_trajectory_matches_mujoco(integrator: str):
   d = make_data(m, key=0)
   rng = np.random.default_rng(1)
   for t in range(60):
-    ctrl = rng.normal(size=mj.nu)
-    md.ctrl[:] = ctrl
-    mujoco.mj_step(mj, md)
-    d = _step()(m, d.replace(ctrl=jnp.asarray(ctrl)))
+    d = _step_both(mj, md, m, d, rng.normal(size=mj.nu))
     _compare(d, md, f"{integrator} step {t}")
 
 
@@ -114,10 +119,7 @@ def test_times_out_of_order_match_mujoco():
     if when is not None:
       md.time = when
       d = d.replace(time=jnp.asarray(when, d.time.dtype))
-    ctrl = rng.normal(size=mj.nu)
-    md.ctrl[:] = ctrl
-    mujoco.mj_step(mj, md)
-    d = _step()(m, d.replace(ctrl=jnp.asarray(ctrl)))
+    d = _step_both(mj, md, m, d, rng.normal(size=mj.nu))
     _compare(d, md, f"step {t} at time {when}")
 
 
@@ -259,8 +261,7 @@ def test_preloaded_history_matches_mujoco():
       np.testing.assert_allclose(history.read_sensor(m, d, i, t, interp=2), expected,
                                  rtol=1e-12, atol=1e-14, err_msg=f"sensor {i} at {t}")
   for t in range(5):
-    mujoco.mj_step(mj, md)
-    d = _step()(m, d)
+    d = _step_both(mj, md, m, d, np.asarray(d.ctrl))
     _compare(d, md, f"step {t}")
   with pytest.raises(ValueError, match="strictly increasing"):
     history.init_ctrl_history(m, d, 0, jnp.zeros((4, 3)), jnp.zeros(4))
