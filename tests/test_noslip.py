@@ -184,6 +184,24 @@ def test_noslip_tolerance_is_read():
   assert ref.opt.noslip_iterations == 3 and float(ref.opt.noslip_tolerance) == 1e-4
 
 
+def test_friction_loss_alone_without_contacts():
+  """Geoms that collide with nothing leave the model no contact slots: noslip sweeps the
+  friction-loss rows alone, as MuJoCo does (forward failed on such models before)."""
+  xml = _scene("elliptic", 3, noslip=3).replace('<geom condim', '<geom contype="0" condim')
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  md.qvel[:] = np.random.default_rng(1).normal(size=mj.nv)
+  m = flexor.load_mjcf_string(xml)
+  assert m.nconmax == 0
+  d = flexor.make_data(m).replace(qvel=jnp.asarray(md.qvel))
+  step = jax.jit(flexor.step)
+  for _ in range(20):
+    mujoco.mj_step(mj, md)
+    d = step(m, d)
+  np.testing.assert_allclose(d.qvel, md.qvel, atol=1e-12)
+  np.testing.assert_allclose(d.qpos, md.qpos, atol=1e-12)
+
+
 @pytest.mark.slow
 def test_dog_follows_mujoco_with_its_noslip():
   """dm_control's dog (noslip_iterations 4, nconmax 300) from MuJoCo's own states: qacc agrees
