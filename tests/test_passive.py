@@ -25,7 +25,8 @@ import support
 from flexor import forward, make_data
 from flexor.integrate import integrate_pos, step
 from flexor.mjcf.from_mujoco import from_mujoco
-from flexor.passive import passive, update_plastic
+from flexor.forward import fwd_velocity
+from flexor.passive import passive, passive_vel_deriv, update_plastic
 
 DSBL = mujoco.mjtDisableBit
 FLAG_VARIANTS = {
@@ -217,6 +218,25 @@ def test_thin_body_fluid_forces_at_low_speed(speed: float):
   assert err <= S.TOL, f"qfrc_fluid relative error {err:.2e}"
   grad = jax.grad(lambda qvel: jnp.sum(fluid(qvel) ** 2))(jnp.zeros(mj.nv))
   assert np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("name", ["tendon", "fluid"])
+def test_velocity_derivative_is_the_forces_derivative(name: str):
+  """passive_vel_deriv (the implicit integrators' qDeriv part, analytic for the dampers) equals
+  forward-mode AD of qfrc_passive through the tendon, com_vel and passive stages."""
+  mj = P.own_model(name)
+  m = from_mujoco(mj)
+  states = S.random_states(mj, 7)
+  d = make_data(m).replace(qpos=jnp.asarray(states.qpos[0]), qvel=jnp.asarray(states.qvel[0]))
+  d = jax.jit(forward)(m, d)
+
+  def forces(qvel):
+    return fwd_velocity(m, d.replace(qvel=qvel)).qfrc_passive
+
+  expected = jax.jit(jax.jacfwd(forces))(d.qvel)
+  actual = jax.jit(passive_vel_deriv)(m, d)
+  assert np.abs(expected).max() > 1e-2
+  np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
 
 
 def test_make_data_plastic_matches_mujoco():

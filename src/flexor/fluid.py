@@ -209,6 +209,18 @@ def fluid(m: Model, d: Data) -> jax.Array:
   return jax.lax.cond(active, lambda: _fluid(m, d), lambda: jnp.zeros(m.nv, d.qvel.dtype))
 
 
+def fluid_vel_deriv(m: Model, d: Data) -> jax.Array:
+  """d(qfrc_fluid)/d(qvel) (nv, nv) at the state of ``d`` (after com_pos); zero, at no cost,
+  where the medium is still. The fluid models' derivative is long-winded by hand
+  (mjd_ellipsoidFluid, mjd_inertiaBoxFluid), so it is forward-mode AD of the same forces."""
+  def forces(qvel: jax.Array) -> jax.Array:
+    return _fluid(m, kinematics.com_vel(m, d.replace(qvel=qvel)))
+
+  active = (m.opt.density != 0) | (m.opt.viscosity != 0)
+  return jax.lax.cond(active, lambda: jax.jacfwd(forces)(d.qvel),
+                      lambda: jnp.zeros((m.nv, m.nv), d.qvel.dtype))
+
+
 def _fluid(m: Model, d: Data) -> jax.Array:
   """qfrc_fluid (nv,) in a medium with non-zero density or viscosity."""
   force, torque = _inertia_box(m, d)

@@ -11,12 +11,14 @@ the C engine, and are reproduced: RK4 integrates quaternions as a Runge-Kutta-Mu
 implicitly (``_gyro_blocks``).
 
 MuJoCo builds the velocity derivative ``qDeriv`` of the implicit integrators analytically
-(``mjd_smooth_vel``). Here its passive and bias parts are ``jax.jacfwd`` of the same forces with
-respect to qvel, restricted to MuJoCo's sparsity (a dof and its ancestors or descendants): entries
-between dofs of unrelated branches, e.g. a fixed tendon's damping across two trees, are dropped
-there and here alike. The actuator part reproduces MuJoCo's deliberate approximation (it drops
-saturated actuators and ignores the tendon force scaling), ``actuation.actuator_vel_deriv``, so
-that implicit steps match MuJoCo's rather than the exact derivative's.
+(``mjd_smooth_vel``). Here its passive part is analytic too (dampers; the fluid forces by
+``jax.jacfwd``, and only in a moving medium) and its bias part, which only ``implicit`` and
+implicitfast's free bodies need, is ``jax.jacfwd`` of RNE with respect to qvel; all restricted to
+MuJoCo's sparsity (a dof and its ancestors or descendants): entries between dofs of unrelated
+branches, e.g. a fixed tendon's damping across two trees, are dropped there and here alike.
+The actuator part reproduces MuJoCo's deliberate approximation (it drops saturated actuators and
+ignores the tendon force scaling), ``actuation.actuator_vel_deriv``, so that implicit steps match
+MuJoCo's rather than the exact derivative's.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import actuation, history, math, passive, sensor
+from flexor import actuation, history, kinematics, math, passive, sensor
 from flexor.crb import spd_solve
-from flexor.forward import forward, fwd_velocity
+from flexor.forward import forward
 from flexor.rne import rne
 from flexor.types import Data, DisableBit, IntegratorType, JointType, Model
 
@@ -197,16 +199,15 @@ def _vel_jacobians(m: Model, d: Data, bias: bool) -> tuple[jax.Array, ...]:
   """Derivatives with respect to qvel on MuJoCo's sparsity, each (nv, nv).
 
   Returns d(qfrc_passive + qfrc_actuator)/d(qvel), and, if ``bias``, -d(qfrc_bias)/d(qvel).
-  The actuator part is MuJoCo's own approximation (``actuation.actuator_vel_deriv``).
+  The passive part is analytic (``passive.passive_vel_deriv``), the actuator part MuJoCo's own
+  approximation (``actuation.actuator_vel_deriv``); the bias part is forward-mode AD of RNE.
   """
-  def forces(qvel: jax.Array):
-    dv = fwd_velocity(m, d.replace(qvel=qvel))
-    # MuJoCo's mjd_rne_vel leaves out the tendon armature's bias (mj_tendonBias): rne alone.
-    return (dv.qfrc_passive, -rne(m, dv)) if bias else (dv.qfrc_passive,)
-
   related = m.dof_ancestor | m.dof_ancestor.T
-  jacs = jax.jacfwd(forces)(d.qvel)
-  jacs = (jacs[0] + actuation.actuator_vel_deriv(m, d),) + tuple(jacs[1:])
+  jacs = (passive.passive_vel_deriv(m, d) + actuation.actuator_vel_deriv(m, d),)
+  if bias:
+    # MuJoCo's mjd_rne_vel leaves out the tendon armature's bias (mj_tendonBias): rne alone.
+    rne_vel = lambda qvel: -rne(m, kinematics.com_vel(m, d.replace(qvel=qvel)))
+    jacs += (jax.jacfwd(rne_vel)(d.qvel),)
   return tuple(jnp.where(related, jac, 0.0) for jac in jacs)
 
 

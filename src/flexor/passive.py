@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import constraint, kinematics, math
-from flexor.fluid import fluid
+from flexor.fluid import fluid, fluid_vel_deriv
 from flexor.types import Data, DisableBit, JointType, Model, TrnType
 
 
@@ -54,6 +54,13 @@ def poly_force(linear: jax.Array, poly: jax.Array, x: jax.Array, odd: bool) -> j
   """
   x = jnp.abs(x) if odd else x
   return linear + poly[..., 0] * x + poly[..., 1] * (x * x)
+
+
+def poly_deriv(linear: jax.Array, poly: jax.Array, v: jax.Array) -> jax.Array:
+  """d/dv of ``v p(|v|)`` (poly_force with odd=True): ``linear + 2 poly[0] |v| + 3 poly[1] v^2``
+  (mjd_xPolyForce), shapes as poly_force's."""
+  a = jnp.abs(v)
+  return linear + 2.0 * poly[..., 0] * a + 3.0 * poly[..., 1] * (a * a)
 
 
 def reflected(m: Model, value: jax.Array, target: str) -> jax.Array:
@@ -144,10 +151,29 @@ def dof_damper_deriv(m: Model, qvel: jax.Array) -> tuple[jax.Array, jax.Array]:
   coefficient, or damping reflected from an actuator.
   """
   damping, poly = dof_damping(m)
-  v = jnp.abs(qvel)
-  deriv = damping + 2.0 * poly[:, 0] * v + 3.0 * poly[:, 1] * (v * v)
+  deriv = poly_deriv(damping, poly, qvel)
   damped = jnp.any(m.dof_damping > 0) | jnp.any(poly != 0) | jnp.any(damping != m.dof_damping)
   return deriv, damped
+
+
+def passive_vel_deriv(m: Model, d: Data) -> jax.Array:
+  """d(qfrc_passive)/d(qvel) (nv, nv), MuJoCo's mjd_passive_vel: the dof dampers' diagonal,
+  ``-ten_J' diag(b) ten_J`` of the tendon dampers (b the derivative of each damper law) and the
+  fluid forces' derivative. Needs what ``passive`` needs."""
+  zero = jnp.zeros((m.nv, m.nv), d.qvel.dtype)
+  if m.opt.disabled(DisableBit.SPRING) and m.opt.disabled(DisableBit.DAMPER):
+    return zero
+  deriv = fluid_vel_deriv(m, d)
+  if m.opt.disabled(DisableBit.DAMPER):
+    return deriv
+  dof, _ = dof_damper_deriv(m, d.qvel)
+  deriv = deriv - jnp.diag(dof)
+  if m.ntendon:
+    damping = m.tendon_damping + reflected(m, m.actuator_damping, "tendon")
+    poly = m.tendon_dampingpoly + reflected(m, m.actuator_dampingpoly, "tendon")
+    b = poly_deriv(damping, poly, d.ten_velocity)
+    deriv = deriv - d.ten_J.T @ (b[:, None] * d.ten_J)
+  return deriv
 
 
 def _dof_damper(m: Model, d: Data) -> jax.Array:
