@@ -261,9 +261,9 @@ def noslip(m: Model, d: Data) -> Data:
     force = d.efc_force
     contact = np.isin(m.efc_rowtype, (ConstraintType.CONTACT_PYRAMIDAL,
                                       ConstraintType.CONTACT_ELLIPTIC))
-    # a model without contact slots (contacts disabled) has rows of friction loss only
+    # without contact slots (no geom pair can collide) there is no contact to read
     friction = (d.contact_friction[np.where(contact, m.efc_rowid, 0)] if m.nconmax
-                else jnp.zeros((m.njmax, 5), d.efc_force.dtype))
+                else jnp.zeros((len(m.efc_rowid), 5), d.efc_force.dtype))
     dof_tree, nisland = dof_trees(m)
     island, dof_island = islands(dof_tree, nisland, d.efc_J, d.efc_active)
     p = _Problem(d.efc_J, jax.scipy.linalg.cho_solve(factor, d.efc_J.T), d.efc_aref,

@@ -143,6 +143,14 @@ def dof_damping(m: Model) -> tuple[jax.Array, jax.Array]:
   return damping, poly
 
 
+def tendon_damping(m: Model) -> tuple[jax.Array, jax.Array]:
+  """Linear (ntendon,) and higher-order (ntendon, 2) damping coefficients of each tendon, incl.
+  actuators'."""
+  damping = m.tendon_damping + reflected(m, m.actuator_damping, "tendon")
+  poly = m.tendon_dampingpoly + reflected(m, m.actuator_dampingpoly, "tendon")
+  return damping, poly
+
+
 def dof_damper_deriv(m: Model, qvel: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Derivative (nv,) of minus the dof damper force w.r.t. qvel, and whether any dof is damped.
 
@@ -169,9 +177,7 @@ def passive_vel_deriv(m: Model, d: Data) -> jax.Array:
   dof, _ = dof_damper_deriv(m, d.qvel)
   deriv = deriv - jnp.diag(dof)
   if m.ntendon:
-    damping = m.tendon_damping + reflected(m, m.actuator_damping, "tendon")
-    poly = m.tendon_dampingpoly + reflected(m, m.actuator_dampingpoly, "tendon")
-    b = poly_deriv(damping, poly, d.ten_velocity)
+    b = poly_deriv(*tendon_damping(m), d.ten_velocity)
     deriv = deriv - d.ten_J.T @ (b[:, None] * d.ten_J)
   return deriv
 
@@ -213,8 +219,7 @@ def tendon_forces(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
     x = tendon_spring_displacement(m, d)
     frc_spring = -x * poly_force(m.tendon_stiffness, m.tendon_stiffnesspoly, x, False)
   if damper:
-    damping = m.tendon_damping + reflected(m, m.actuator_damping, "tendon")
-    poly = m.tendon_dampingpoly + reflected(m, m.actuator_dampingpoly, "tendon")
+    damping, poly = tendon_damping(m)
     frc_damper = -velocity * poly_force(damping, poly, velocity, True)
   return frc_spring, frc_damper
 
