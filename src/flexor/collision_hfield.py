@@ -73,10 +73,9 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
   pos2, mat2, size2, rbound2`` the geom's, ``vert2`` (H, 3) its hull vertices if it may be a mesh
   (else None); ``margin`` () the pair's; ``tol`` () ``opt.ccd_tolerance``.
 
-  All pairs' prisms are searched as one batch: GJK on every prism MuJoCo visits, then EPA only
-  if some prism needs it. Where at most an eighth of the window's prisms are visited (geoms
-  resting on the field), the batch holds only those. Both choices are ``lax.cond``s: under
-  ``vmap`` over worlds both branches run.
+  All pairs' prisms that MuJoCo visits are searched in chunks of an eighth of the windows'
+  prisms: GJK on each, then EPA only if some prism of the chunk needs it. Chunks without a
+  visited prism are skipped by a ``lax.cond``; under ``vmap`` over worlds every chunk runs.
   """
   kinds = tuple(sorted({int(x) for x in kinds}))
   pair_kinds = ((int(GeomType.HFIELD),), kinds)
@@ -159,12 +158,8 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
     active = visited.reshape(-1)
     frozen = collision_convex._frozen
 
-    def search(sel):
-      """The contacts of lanes ``sel`` (B,), scattered back to all lanes (an index past the
-      last lane is a pad)."""
-      take = lambda x: x[jnp.minimum(sel, lanes - 1)]
-      f, g, t, mg = (jax.tree.map(take, x) for x in (field, geom, tol, margin))
-      on = take(active) & (sel < lanes)
+    def search(f, g, t, mg, on):
+      """The contacts of one chunk of lanes (B,), of which ``on`` are visited prisms."""
       gjks = jax.vmap(lambda f, g, t, a: collision_convex._search_gjk(
           frozen(f), frozen(g), pair_kinds, kmax, t, a))(f, g, t, on)
 
@@ -174,22 +169,33 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
 
       def no_epa(_):
         dtype = pos1.dtype
-        return (jnp.zeros((len(sel), 3, 4, 3), dtype), jnp.zeros((len(sel), 3), dtype),
-                jnp.zeros(len(sel), bool))
+        return (jnp.zeros((len(on), 3, 4, 3), dtype), jnp.zeros((len(on), 3), dtype),
+                jnp.zeros(len(on), bool))
 
       found = jax.vmap(collision_convex._witness)(
           gjks, *jax.lax.cond(jnp.any(gjks.run_epa), epa, no_epa, None))
       c = jax.vmap(lambda f, g, mg, w: collision_convex._contact_at(f, g, pair_kinds, mg, w))(
           f, g, mg, found)
-      c = c._replace(valid=c.valid & on)
-      return jax.tree.map(lambda x: jnp.zeros((lanes,) + x.shape[1:], x.dtype).at[sel].set(
-          x, mode="drop"), c)
+      return c._replace(valid=c.valid & on)
 
-    # few prisms near the geoms (the common case) run as a small batch, else all of them
+    def skip(*chunk):
+      return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(search, *chunk))
+
+    # The visited prisms, first, in chunks of an eighth of the lanes: geoms resting on the field
+    # (the common case) visit one chunk's worth, and a chunk without a visited prism costs
+    # nothing. One loop body keeps the narrow phase in the program once. Under vmap over worlds
+    # every chunk runs.
     few = max(1, lanes // 8)
-    c = jax.lax.cond(jnp.sum(active) <= few,
-                     lambda: search(jnp.nonzero(active, size=few, fill_value=lanes)[0]),
-                     lambda: search(jnp.arange(lanes)))
+    nchunk = -(-lanes // few)
+    sel = jnp.nonzero(active, size=nchunk * few, fill_value=lanes)[0]
+    take = lambda x: x[jnp.minimum(sel, lanes - 1)].reshape((nchunk, few) + x.shape[1:])
+    chunks = (jax.tree.map(take, field), jax.tree.map(take, geom), take(tol), take(margin),
+              (sel < lanes).reshape(nchunk, few))
+    _, c = jax.lax.scan(
+        lambda _, chunk: (None, jax.lax.cond(jnp.any(chunk[-1]), search, skip, *chunk)),
+        None, chunks)
+    c = jax.tree.map(lambda x: jnp.zeros((lanes,) + x.shape[2:], x.dtype).at[sel].set(
+        x.reshape((nchunk * few,) + x.shape[2:]), mode="drop"), c)
     # back to the pairs, and from the height field's frame to the world's
     c = jax.tree.map(lambda x: x.reshape((n, count) + x.shape[1:]), c)
     rotate = jax.vmap(jax.vmap(_mul, in_axes=(None, 0)))
