@@ -42,7 +42,9 @@ def test_adjoints_are_the_rollout_gradients(flick):
     return _flick_loss(final, traj)
 
   g_qvel, g_ctrl = jax.jit(jax.grad(loss, argnums=(0, 1)))(d.qvel, ctrl)
-  np.testing.assert_allclose(report.adjoint[0, m.nv:2 * m.nv], g_qvel, rtol=1e-12, atol=1e-14)
+  # two programs that round differently: entries below the largest's round-off are noise
+  np.testing.assert_allclose(report.adjoint[0, m.nv:2 * m.nv], g_qvel, rtol=1e-12,
+                             atol=1e-12 * np.abs(g_qvel).max())
   np.testing.assert_allclose(report.ctrl_grad_norm, np.linalg.norm(g_ctrl, axis=1), rtol=1e-12,
                              atol=1e-14)
   final, traj = rollout(m, d, ctrl)

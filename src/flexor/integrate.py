@@ -273,13 +273,33 @@ INTEGRATORS = {
 }
 
 
+def _loops_saveable(prim: jax.extend.core.Primitive, *_, **__) -> bool:
+  """``jax.checkpoint`` policy of a step: keep the results of its loops (the solver's iterations,
+  the convex collision searches, the active-row passes) for the backward pass."""
+  return prim is jax.lax.while_p
+
+
+def _step(m: Model, d: Data) -> Data:
+  integrator = INTEGRATORS[IntegratorType(m.opt.integrator)]
+  return integrator(m, forward(m, d))
+
+
+# Reverse mode recomputes a step from its input and the loops' saved results rather than storing
+# every intermediate: a step's backward pass on a CPU is bound by the number of kernels it runs,
+# and storing hundreds of residual arrays a step cost more than recomputing them (measured with
+# benchmarks/bench_gradient.py). prevent_cse=False: within a scan, as in a rollout, XLA cannot
+# merge the recomputation back into the forward pass, and outside one, merging only forgoes
+# the memory saving.
+_remat_step = jax.checkpoint(_step, policy=_loops_saveable, prevent_cse=False)
+
+
 def step(m: Model, d: Data) -> Data:
   """Advances the simulation by one time step (``mj_step``): ``forward``, then the integrator
   chosen by the static ``m.opt.integrator``.
 
   Never raises under jit: a non-finite new state sets ``warning_nan`` (sticky; MuJoCo would warn
-  and reset the state instead).
+  and reset the state instead). In reverse mode the step is rematerialised (``jax.checkpoint``):
+  the backward pass recomputes the step's forward, all but its loops, instead of storing it.
   """
   with jax.named_scope("step"):
-    integrator = INTEGRATORS[IntegratorType(m.opt.integrator)]
-    return integrator(m, forward(m, d))
+    return _remat_step(m, d)
