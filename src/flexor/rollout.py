@@ -53,9 +53,10 @@ def rollout(m: Model, d: Data, control: jax.Array | Policy | None = None, params
     fields: names of the Data fields to record.
     observe: ``observe(m, d) -> obs``, what the policy sees; default ``observation``.
     checkpoint_every: if given, reverse mode stores the state only every this many steps and
-      recomputes the steps in between (``jax.checkpoint``): memory falls from O(nstep) step
-      residuals to O(nstep / k + k), for about one more forward rollout of compute. Forward
-      results are identical.
+      recomputes the steps in between (``jax.checkpoint``): memory falls from O(nstep) stored
+      states (each step is already recomputed from its input state, see ``step``) to
+      O(nstep / k + k), for about one more forward rollout of compute. Forward results are
+      identical.
     disturbance: if given, a (nstep, 2 nv + na) array of state increments in tangent
       coordinates (dq, dv, da), applied after step t by ``perturb_state``: process noise, or the
       point where ``flexor.gradient_report`` reads the adjoint of every step.
