@@ -285,11 +285,11 @@ def _step(m: Model, d: Data) -> Data:
 
 
 # Reverse mode recomputes a step from its input and the loops' saved results rather than storing
-# every intermediate: a step's backward pass on a CPU is bound by the number of kernels it runs,
-# and storing hundreds of residual arrays a step cost more than recomputing them (measured with
-# benchmarks/bench_gradient.py). prevent_cse=False: within a scan, as in a rollout, XLA cannot
-# merge the recomputation back into the forward pass, and outside one, merging only forgoes
-# the memory saving.
+# its hundreds of intermediate arrays: a rollout gradient's memory falls 35-80x, and on a CPU,
+# where a step's backward pass is bound by the number of kernels it runs, the smooth models'
+# gradients get faster, the contact models' about as fast (benchmarks/README.md).
+# prevent_cse=False: within a scan, as in a rollout, XLA cannot merge the recomputation back into
+# the forward pass, and outside one, merging only forgoes the memory saving.
 _remat_step = jax.checkpoint(_step, policy=_loops_saveable, prevent_cse=False)
 
 
