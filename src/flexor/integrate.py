@@ -287,7 +287,7 @@ def _step(m: Model, d: Data) -> Data:
 # Reverse mode recomputes a step from its input and the loops' saved results rather than storing
 # its hundreds of intermediate arrays: a rollout gradient's memory falls 35-80x, and on a CPU,
 # where a step's backward pass is bound by the number of kernels it runs, the smooth models'
-# gradients get faster, the contact models' about as fast (benchmarks/README.md).
+# gradients get faster, and the contact models' take -10% to +20% longer (benchmarks/README.md).
 # prevent_cse=False: within a scan, as in a rollout, XLA cannot merge the recomputation back into
 # the forward pass, and outside one, merging only forgoes the memory saving.
 _remat_step = jax.checkpoint(_step, policy=_loops_saveable, prevent_cse=False)
