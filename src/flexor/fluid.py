@@ -197,6 +197,11 @@ def _ellipsoid(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
   return seg(force), seg(torque)
 
 
+def _in_medium(m: Model) -> jax.Array:
+  """() bool: whether the medium has density or viscosity, i.e. fluid forces can be non-zero."""
+  return (m.opt.density != 0) | (m.opt.viscosity != 0)
+
+
 def fluid(m: Model, d: Data) -> jax.Array:
   """Fluid forces qfrc_fluid (nv,), as mj_fluid: per body the ellipsoid or inertia-box model.
 
@@ -205,8 +210,7 @@ def fluid(m: Model, d: Data) -> jax.Array:
   that a still medium costs nothing forward or backward (under ``vmap`` over Models with
   batched densities the cond becomes a select and both sides run).
   """
-  active = (m.opt.density != 0) | (m.opt.viscosity != 0)
-  return jax.lax.cond(active, lambda: _fluid(m, d), lambda: jnp.zeros(m.nv, d.qvel.dtype))
+  return jax.lax.cond(_in_medium(m), lambda: _fluid(m, d), lambda: jnp.zeros(m.nv, d.qvel.dtype))
 
 
 def fluid_vel_deriv(m: Model, d: Data) -> jax.Array:
@@ -216,8 +220,7 @@ def fluid_vel_deriv(m: Model, d: Data) -> jax.Array:
   def forces(qvel: jax.Array) -> jax.Array:
     return _fluid(m, kinematics.com_vel(m, d.replace(qvel=qvel)))
 
-  active = (m.opt.density != 0) | (m.opt.viscosity != 0)
-  return jax.lax.cond(active, lambda: jax.jacfwd(forces)(d.qvel),
+  return jax.lax.cond(_in_medium(m), lambda: jax.jacfwd(forces)(d.qvel),
                       lambda: jnp.zeros((m.nv, m.nv), d.qvel.dtype))
 
 
