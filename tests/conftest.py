@@ -1,5 +1,7 @@
-"""Test configuration: float64 and strict rank promotion for every test."""
+"""Test configuration: float64 and strict rank promotion for every test, XLA and garbage-collector
+settings that keep the suite fast, and the grouping of tests by model."""
 
+import gc
 import os
 
 # JAX 0.10's concurrency-optimised CPU scheduler has crashed (segfault) and deadlocked while
@@ -20,6 +22,16 @@ import pytest  # pylint: disable=wrong-import-position
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# Tracing and differentiating a step allocates millions of short-lived Python objects, and with
+# CPython's default thresholds a full collection, which walks a worker's whole heap (JAX, MuJoCo,
+# the compiled programs), ran every 8 s and took 0.75 s: 11% of the time of the gradient and
+# sensor tests. The modules imported by now are frozen out of the collections and the thresholds raised,
+# which cut the collector's time from 33.6 to 7.4 s on those tests and left the peak memory of
+# tests/test_ray.py and tests/test_collision_convex.py unchanged (1.60 GB).
+gc.collect()
+gc.freeze()
+gc.set_threshold(20_000, 20, 100)
 
 
 def _group(item) -> str:
