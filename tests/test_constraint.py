@@ -115,11 +115,15 @@ EQUALITY_XML = """
 </mujoco>
 """
 
-# <flag diagexact>: R from the exact diagonal of J M^-1 J' instead of MuJoCo's approximation
+# <flag diagexact>: R from the exact diagonal of J M^-1 J' instead of MuJoCo's approximation;
+# solver="PGS": the dual solver's forces, clamped to friction loss and limits, and equality rows
 MODELS = {"limits": LIMITS_XML, "equality": EQUALITY_XML,
           "equality_diagexact": EQUALITY_XML.replace(
               '<option timestep="0.005"/>',
-              '<option timestep="0.005"><flag diagexact="enable"/></option>')}
+              '<option timestep="0.005"><flag diagexact="enable"/></option>'),
+          **{f"{name}_pgs": xml.replace('<option timestep="0.005"/>',
+                                        '<option timestep="0.005" solver="PGS"/>')
+             for name, xml in (("limits", LIMITS_XML), ("equality", EQUALITY_XML))}}
 ROW_FIELDS = ("efc_type", "efc_id", "efc_J", "efc_pos", "efc_margin", "efc_frictionloss",
               "efc_D", "efc_R", "efc_vel", "efc_aref")
 SOLVE_FIELDS = ("efc_force", "qacc", "qfrc_constraint")
@@ -206,8 +210,10 @@ def test_disable_flags(flag):
   assert relerr(d.qacc, md.qacc) < SOLVE_TOL
 
 
-def _limits_rollout(nstep: int):
-  m = flexor.load_mjcf_string(LIMITS_XML)
+def _limits_rollout(nstep: int, name: str = "limits", tolerance: float | None = None):
+  m = flexor.load_mjcf_string(MODELS[name])
+  if tolerance is not None:
+    m = m.replace(opt=m.opt.replace(tolerance=jnp.asarray(tolerance)))
   d0 = flexor.make_data(m)
   d0 = d0.replace(qpos=d0.qpos.at[0].set(0.35).at[1].set(0.09))
   weights = jnp.array([1.0, -2.0, 0.5])
@@ -220,10 +226,13 @@ def _limits_rollout(nstep: int):
   return loss
 
 
-def test_rollout_gradient_matches_finite_differences():
-  """Reverse mode through 30 steps in contact with limits and friction loss (implicit
-  differentiation of the solver), against central differences."""
-  loss = _limits_rollout(30)
+@pytest.mark.parametrize("name", ["limits", "limits_pgs"])
+def test_rollout_gradient_matches_finite_differences(name):
+  """Reverse mode through 30 steps with limits and friction loss (implicit differentiation of
+  the solver), against central differences. PGS's solution takes the derivative of the primal
+  optimum, so it is run to a tight tolerance: at the default (1e-8) its trajectory stays about
+  1e-4 (relative) from the optimum's and so do the differences."""
+  loss = _limits_rollout(30, name, 1e-14 if name.endswith("pgs") else None)
   qvel = jnp.array([0.3, 0.2, 0.1, -0.2, 0.3])
   grad = jax.jit(jax.grad(loss))(qvel)
   f = jax.jit(loss)
@@ -314,15 +323,15 @@ def test_float32_solve_reaches_the_float64_solution():
   assert err < 1e-4 * scale   # 1.0e-5 measured
 
 
-def _perturbed_pile(options: str = ""):
-  """(mj, md, m, d): the pile of boxes and a sphere after 40 MuJoCo steps, its velocities
-  perturbed so that the solver's first iterate is far from the optimum, in both engines; warm
-  start off, ``options`` added to <option>."""
-  xml = PILE_XML.replace('<option timestep="0.005"/>', f'<option timestep="0.005" {options}>'
-                         '<flag warmstart="disable"/></option>')
+def _perturbed_pile(options: str = "", xml: str = PILE_XML, nstep: int = 40):
+  """(mj, md, m, d): the pile of boxes and a sphere (or ``xml``) after ``nstep`` MuJoCo steps,
+  its velocities perturbed so that the solver's first iterate is far from the optimum, in both
+  engines; warm start off, ``options`` added to <option>."""
+  xml = xml.replace('<option timestep="0.005"/>', f'<option timestep="0.005" {options}>'
+                    '<flag warmstart="disable"/></option>')
   mj = mujoco.MjModel.from_xml_string(xml)
   md = mujoco.MjData(mj)
-  mujoco.mj_step(mj, md, 40)
+  mujoco.mj_step(mj, md, nstep)
   md.qvel[:] += 0.3 * np.random.default_rng(1).normal(size=mj.nv)
   m = flexor.load_mjcf_string(xml)
   d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
@@ -373,20 +382,57 @@ def test_cg_iterates_match_mujoco(cone):
     assert relerr(ours.qacc, md.qacc) < 1e-10, tolerance        # 1.6e-14 measured
 
 
-def test_cg_solution_and_tangent_are_newtons():
-  """CG and Newton minimise the same cost: run to a tight tolerance they reach the same qacc
-  (CG to its stagnation on these stiff contacts), and its tangent (in qvel), the implicit one at
-  the optimum, is the same for both."""
-  _, _, m, d = _perturbed_pile('tolerance="1e-14"')
+@pytest.mark.parametrize("solver_type, options", [
+    (SolverType.CG, 'tolerance="1e-14"'),
+    (SolverType.PGS, 'tolerance="1e-15" iterations="2000"')])
+def test_solution_and_tangent_are_newtons(solver_type, options):
+  """CG, PGS and Newton solve the same convex problem (PGS its dual): run to a tight tolerance
+  they reach the same qacc (CG to its stagnation on these stiff contacts; 4e-8 and 1.2e-8
+  measured), and its tangent (in qvel), the implicit one at the optimum, is the same for all
+  (0 measured)."""
+  _, _, m, d = _perturbed_pile(options)
   direction = jnp.asarray(np.random.default_rng(2).normal(size=m.nv))
   results = []
-  for solver_type in (SolverType.CG, SolverType.NEWTON):
-    mm = m.replace(opt=m.opt.replace(solver=solver_type))
+  for kind in (solver_type, SolverType.NEWTON):
+    mm = m.replace(opt=m.opt.replace(solver=kind))
     results.append(jax.jit(lambda v, mm=mm: jax.jvp(
         lambda v: flexor.forward(mm, d.replace(qvel=v)).qacc, (v,), (direction,)))(d.qvel))
-  (cg, cg_dot), (newton, newton_dot) = results
-  assert relerr(cg, newton) < 1e-6                              # 4e-8 measured
-  assert relerr(cg_dot, newton_dot) < 1e-9                      # 0 measured
+  (qacc, qacc_dot), (newton, newton_dot) = results
+  assert relerr(qacc, newton) < 1e-6
+  assert relerr(qacc_dot, newton_dot) < 1e-9
+
+
+# the pile beside a lone sphere (two islands), the sphere in the pile and the lone one with
+# condim 6 and the upper box with 4, so that elliptic cones of every size meet
+PGS_XML = PILE_XML.replace('<geom type="box" size=".1 .08 .1"/>',
+                           '<geom type="box" size=".1 .08 .1" condim="4"/>').replace(
+    '<geom type="sphere" size=".1"/></body>',
+    '<geom type="sphere" size=".1" condim="6"/></body>\n'
+    '    <body pos="1 .05 .5"><freejoint/><geom type="sphere" size=".1" condim="6"/></body>')
+
+
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_pgs_iterates_match_mujoco(cone):
+  """MuJoCo's PGS (``solver="PGS"``): shuffled sweeps, Nesterov extrapolation with restarts,
+  ray and QCQP updates of elliptic cones, a stop per island. From a perturbed state of the pile
+  and a lone sphere (two islands), cold started, flexor's forces are MuJoCo's after 4 sweeps
+  and where each island stops at the default iterations (both islands restart their momentum on
+  the way: 13 restarts in the two cones), and with islands disabled (one scale, one stop)."""
+  mj, md, m, d = _perturbed_pile(f'solver="PGS" cone="{cone}"', PGS_XML, 60)
+  assert m.opt.solver == SolverType.PGS
+  for iterations, islands in ((4, True), (100, True), (100, False)):
+    mj.opt.iterations = iterations
+    mj.opt.disableflags = 0 if islands else mujoco.mjtDisableBit.mjDSBL_ISLAND
+    mujoco.mj_forward(mj, md)
+    opt = m.opt.replace(iterations=iterations, disableflags=int(mj.opt.disableflags))
+    ours = jax.jit(flexor.forward)(m.replace(opt=opt), d)
+    active = np.asarray(ours.efc_active)
+    assert int(ours.nefc) == md.nefc > 20 and md.nisland == (2 if islands else 0)
+    if iterations == 100:
+      assert np.all(md.solver_niter[:max(1, md.nisland)] < 100)  # it stops on its tolerance
+    case = f"{cone}, {iterations} iterations, islands {islands}"
+    assert relerr(np.asarray(ours.efc_force)[active], md.efc_force) < 1e-12, case
+    assert relerr(ours.qacc, md.qacc) < 1e-12, case          # 2e-15 measured
 
 
 @pytest.fixture(scope="module")

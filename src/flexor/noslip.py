@@ -126,7 +126,7 @@ def _qcqp(A: jax.Array, b: jax.Array, d: jax.Array, r: jax.Array,
   return jnp.where(failed, 0.0, v * d), ~failed & (la != 0)
 
 
-def _cost_change(A: jax.Array, force: jax.Array, old: jax.Array, res: jax.Array):
+def cost_change(A: jax.Array, force: jax.Array, old: jax.Array, res: jax.Array):
   """MuJoCo's costChange: the cost's change from old to force, and force with old restored
   where it would rise (by more than 1e-10)."""
   delta = force - old
@@ -147,7 +147,7 @@ def _pair(A: jax.Array, res: jax.Array, old: jax.Array) -> jax.Array:
   return jnp.stack([mid + y, mid - y])
 
 
-def _tangents(A: jax.Array, res: jax.Array, old: jax.Array, normal: jax.Array,
+def tangents(A: jax.Array, res: jax.Array, old: jax.Array, normal: jax.Array,
               friction: jax.Array, mask: jax.Array) -> jax.Array:
   """An elliptic contact's friction at fixed normal force: the QCQP's minimiser, put on the
   ellipsoid where its constraint is active; zero without normal force."""
@@ -195,8 +195,8 @@ def _sweep(kind: str, blocks: _Blocks, p: _Problem, force: jax.Array, qacc: jax.
       if kind == "pair":
         new = _pair(A, res, old)
       else:
-        new = _tangents(A, res, old, force[normal], p.friction[normal, :len(mask)], mask)
-      new, change = _cost_change(A, jnp.where(mask, new, 0.0), old, res)
+        new = tangents(A, res, old, force[normal], p.friction[normal, :len(mask)], mask)
+      new, change = cost_change(A, jnp.where(mask, new, 0.0), old, res)
     return new, change, Wb @ (new - old)
 
   def keep(qacc, rows, mask, normal, old):

@@ -15,8 +15,10 @@ the step is followed by a line search on the convex, piecewise-smooth 1-D cost, 
 and second derivatives are cheap given ``J search``, stopping as MuJoCo's at
 ``tolerance * ls_tolerance``. CG (``solver="CG"``) replaces the Hessian by M, factored once,
 and conjugates its directions. Both run per constraint island, as MuJoCo's: a line search, a
-scale and a stopping test per island. PGS, a dual method, is not built: Newton solves its
-problem. The loops are ``lax.while_loop`` with early exit at
+scale and a stopping test per island. PGS (``solver="PGS"``), MuJoCo's dual method, is
+``flexor.solver_pgs``; its forces give qacc as MuJoCo's ``mj_dualFinish`` does, and its
+derivatives are those of this primal optimum, which it converges to. The loops are
+``lax.while_loop`` with early exit at
 MuJoCo's tolerances. The iterations run on the active rows only, gathered into a fixed number
 of slots (``_capacity``): the row layout holds every contact a model could make, a running
 simulation has a few of them active, and every Hessian would otherwise sum them all. A world
@@ -37,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import math
+from flexor import math, noslip, solver_pgs
 from flexor.constraint import active_capacity, dof_trees, islands, rows_of, unless_overflow
 from flexor.types import ConstraintState, ConstraintType, Data, DisableBit, Model, SolverType
 
@@ -435,7 +437,6 @@ class _Config:
   def __init__(self, m: Model, rows: _Rows):
     self.rows, self.iterations, self.ls_iterations = rows, m.opt.iterations, m.opt.ls_iterations
     self.capacity = _capacity(rows)
-    # PGS solves the dual of the same problem; Newton stands in for it
     self.cg = m.opt.solver == SolverType.CG
     self.per_island = not m.opt.disabled(DisableBit.ISLAND)
     self.trees = dof_trees(m)
@@ -471,20 +472,25 @@ def _on_active_rows(config: _Config, problem: _Problem,
   return unless_overflow(overflow, fn(rows, compact), lambda p: fn(config.rows, p), problem)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _optimum(config: _Config, problem: _Problem, start: jax.Array, tolerance: jax.Array,
              ls_tolerance: jax.Array, scale: jax.Array) -> jax.Array:
   """The minimiser qacc (nv,) of ``problem``, found by Newton or CG from ``start``."""
-  return _on_active_rows(config, problem, lambda rows, p: _minimise(
+  qacc = _on_active_rows(config, jax.lax.stop_gradient(problem), lambda rows, p: _minimise(
       config, rows, p, start, tolerance, ls_tolerance, scale))
+  return _implicit(config, problem, qacc)
 
 
-@_optimum.defjvp
-def _optimum_jvp(config: _Config, primals: tuple, tangents: tuple):
-  """Implicit tangent: H dqacc = -(d gradient / d problem) dproblem at the optimum; the start and
-  the stopping rule do not move the optimum."""
-  qacc = _optimum(config, *primals)
-  problem = primals[0]
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _implicit(config: _Config, problem: _Problem, qacc: jax.Array) -> jax.Array:
+  """qacc (nv,), a solver's minimiser of ``problem``, with the tangent of the exact one."""
+  return qacc
+
+
+@_implicit.defjvp
+def _implicit_jvp(config: _Config, primals: tuple, tangents: tuple):
+  """Implicit tangent: H dqacc = -(d gradient / d problem) dproblem at the optimum; the start,
+  the solver and its stopping rule do not move the optimum."""
+  problem, qacc = primals
 
   def factor(rows: _Rows, p: _Problem) -> jax.Array:
     hessian = _hessian(rows, p, _update(rows, p, p.J @ qacc - p.aref))
@@ -502,11 +508,13 @@ def _problem(m: Model, d: Data, rows: _Rows) -> _Problem:
 
 
 def solve(m: Model, d: Data) -> Data:
-  """Computes qacc, efc_force, efc_state and qfrc_constraint (mj_fwdConstraint) with CG where
-  opt.solver says so, else with Newton's method (PGS solves the same convex problem)."""
+  """Computes qacc, efc_force, efc_state and qfrc_constraint (mj_fwdConstraint) with the solver
+  opt.solver names: Newton's method, CG or PGS (``flexor.solver_pgs``)."""
   with jax.named_scope("solve"):
     rows = _row_classes(m)
     p = _problem(m, d, rows)
+    if m.opt.solver == SolverType.PGS:
+      return _solve_dual(m, d, rows, p)
     tolerance = jax.lax.stop_gradient(m.opt.tolerance)
     ls_tolerance = jax.lax.stop_gradient(m.opt.ls_tolerance)
     scale = jax.lax.stop_gradient(1 / (m.stat_meaninertia * max(1, m.nv)))
@@ -522,6 +530,25 @@ def solve(m: Model, d: Data) -> Data:
     force = jnp.where(d.efc_active, u.force, 0.0)
     state = _state(rows, p, p.J @ qacc - p.aref, u, d.efc_active)
     return d.replace(qacc=qacc, efc_force=force, efc_state=state, qfrc_constraint=p.J.T @ force)
+
+
+def _solve_dual(m: Model, d: Data, rows: _Rows, p: _Problem) -> Data:
+  """solve's results by PGS, then mj_dualFinish: qacc = qacc_smooth + M^-1 J' efc_force.
+
+  Derivatives are the primal optimum's, which PGS converges to: qacc takes the implicit tangent
+  and efc_force the tangent of the primal forces at qacc."""
+  warm = None
+  if not m.opt.disabled(DisableBit.WARMSTART):
+    warm = _update(rows, p, p.J @ d.qacc_warmstart - p.aref).force
+  force = solver_pgs.solve_pgs(m, d, warm)
+  qacc = jax.lax.stop_gradient(
+      p.qacc_smooth + jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(p.M, lower=True),
+                                                 p.J.T @ force))
+  qacc = _implicit(_Config(m, rows), p, qacc)
+  primal = jnp.where(d.efc_active, _update(rows, p, p.J @ qacc - p.aref).force, 0.0)
+  force = force + (primal - jax.lax.stop_gradient(primal))
+  return d.replace(qacc=qacc, efc_force=force, efc_state=noslip.dual_state(m, d, force),
+                   qfrc_constraint=p.J.T @ force)
 
 
 def constraint_force(m: Model, d: Data, qacc: jax.Array) -> tuple[jax.Array, jax.Array]:
