@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import flexor
-from flexor import constraint, kinematics, solver
+from flexor import constraint, kinematics, solver, solver_pgs
 from flexor.types import ConstraintType, SolverType
 
 from support import float64_values, relerr
@@ -449,16 +449,19 @@ def two_piles():
   return m, batch
 
 
-def test_solver_on_active_rows_matches_all_rows(monkeypatch, two_piles):
-  """The Newton iterations carry the active rows gathered into a fixed number of slots, and a
-  world whose active rows do not fit is solved again on all rows. A batch of two piles, one
-  resting (36 active rows of 76) and one with its bodies lifted apart (none), is solved with
-  the rows gathered into 40 slots (both fit), 16 (the resting pile overflows under vmap, the
-  lifted one does not), and on all rows (None): the solutions agree to rounding."""
+@pytest.mark.parametrize("solver_type", [SolverType.NEWTON, SolverType.PGS])
+def test_solver_on_active_rows_matches_all_rows(monkeypatch, two_piles, solver_type):
+  """The Newton iterations and PGS's sweeps carry the active rows gathered into a fixed number
+  of slots, and a world whose active rows do not fit is solved again on all rows. A batch of
+  two piles, one resting (36 active rows of 76) and one with its bodies lifted apart (none), is
+  solved with the rows gathered into 40 slots (both fit), 16 (the resting pile overflows under
+  vmap, the lifted one does not), and on all rows (None): the solutions agree to rounding."""
   m, batch = two_piles
+  m = m.replace(opt=m.opt.replace(solver=solver_type))
+  module = solver_pgs if solver_type == SolverType.PGS else solver
 
   def solve(capacity):
-    monkeypatch.setattr(solver, "_capacity", lambda rows: capacity)
+    monkeypatch.setattr(module, "_capacity", lambda rows: capacity)
     return jax.jit(jax.vmap(lambda d: solver.solve(m, d)))(batch)
 
   want = solve(None)

@@ -23,8 +23,11 @@ and a block's update is undone where it raises the cost. As MuJoCo does, per con
 
 A step's residual AR_b f + b_b is read from the acceleration qacc(f) = qacc_smooth +
 M^-1 J' f (the carry, updated after each block), so it costs O(nv) per row, not O(nefc). The
-sweeps are ``lax.while_loop``s and are not differentiated: ``flexor.solver`` gives the solution
-the implicit derivative of the primal problem's optimum, which PGS converges to.
+sweeps run on the active rows gathered into a fixed number of slots (``active_capacity``; a
+world with more is solved again on all rows), so the per-sweep work (extrapolation, the
+shuffle, M^-1 J') grows with the rows in use, not with the layout. The sweeps are
+``lax.while_loop``s and are not differentiated: ``flexor.solver`` gives the solution the
+implicit derivative of the primal problem's optimum, which PGS converges to.
 """
 
 from __future__ import annotations
@@ -36,38 +39,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor.constraint import dof_trees, islands, rows_of
+from flexor.constraint import active_capacity, dof_trees, islands, rows_of, unless_overflow
 from flexor.math import MINVAL
 from flexor.noslip import cost_change, tangents
 from flexor.types import ConstraintType, Data, DisableBit, Model
 
-# a block's kind: how its update is bounded
+# a row's kind: how its block's update is bounded
 _EQUALITY, _FRICTION, _ONE_SIDED, _ELLIPTIC = range(4)
 
 
-class _Blocks(NamedTuple):
-  """The constraint blocks of the row layout, in row order (MuJoCo's efc order; numpy)."""
-
-  rows: np.ndarray   # (nblock, width) the block's rows, padded with its first
-  mask: np.ndarray   # (nblock, width) bool: real rows
-  kind: np.ndarray   # (nblock,) _EQUALITY, _FRICTION, _ONE_SIDED or _ELLIPTIC
-
-
-def _blocks(m: Model) -> _Blocks:
-  """A block per row, but one per elliptic contact (its normal row first)."""
+def _layout(m: Model) -> tuple[np.ndarray, np.ndarray]:
+  """(kind (njmax,), width (njmax,)) of the row layout: a block per row, but one per elliptic
+  contact, whose width is at its normal row and 0 at its other rows (numpy)."""
   kind = np.full(m.njmax, _ONE_SIDED)
   kind[rows_of(m, ConstraintType.EQUALITY)] = _EQUALITY
   kind[rows_of(m, ConstraintType.FRICTION_DOF, ConstraintType.FRICTION_TENDON)] = _FRICTION
+  width = np.ones(m.njmax, int)
   ell = rows_of(m, ConstraintType.CONTACT_ELLIPTIC)
   kind[ell] = _ELLIPTIC
-  heads = np.setdiff1d(np.arange(m.njmax), ell[m.efc_rowsub[ell] > 0])
-  dims = np.ones(len(heads), int)
-  is_cone = kind[heads] == _ELLIPTIC
-  dims[is_cone] = [np.count_nonzero(m.efc_rowid[ell] == m.efc_rowid[h]) for h in heads[is_cone]]
-  width = int(dims.max(initial=1))
-  mask = np.arange(width) < dims[:, None]
-  rows = np.where(mask, heads[:, None] + np.arange(width), heads[:, None])
-  return _Blocks(rows, mask, kind[heads])
+  width[ell] = np.where(m.efc_rowsub[ell] == 0,
+                        [np.count_nonzero(m.efc_rowid[ell] == m.efc_rowid[r]) for r in ell], 0)
+  return kind, width
 
 
 @functools.lru_cache(maxsize=8)
@@ -84,17 +76,21 @@ def _pcg32(n: int) -> np.ndarray:
   return out[1:]
 
 
-class _Problem(NamedTuple):
-  """One world's dual problem (traced, without derivatives)."""
+class _Rows(NamedTuple):
+  """One world's dual problem on a set of rows, in layout order: all of them, or the active
+  ones gathered (traced, without derivatives)."""
 
-  J: jax.Array             # (njmax, nv)
-  MinvJt: jax.Array        # (nv, njmax) M^-1 J'
-  aref: jax.Array          # (njmax,)
-  R: jax.Array             # (njmax,)
-  floss: jax.Array         # (njmax,)
-  friction: jax.Array      # (njmax, 5) an elliptic contact row's contact friction
-  island: jax.Array        # (njmax,) int: each row's island
-  qacc_smooth: jax.Array   # (nv,)
+  J: jax.Array          # (n, nv)
+  W: jax.Array          # (n, nv) (M^-1 J')': the acceleration of a unit force on each row
+  aref: jax.Array       # (n,)
+  R: jax.Array          # (n,)
+  floss: jax.Array      # (n,)
+  friction: jax.Array   # (n, 5) the contact's friction, at an elliptic contact's normal row
+  kind: jax.Array       # (n,) int
+  width: jax.Array      # (n,) int: the block's rows at its first row, 0 elsewhere and inactive
+  island: jax.Array     # (n,) int
+  active: jax.Array     # (n,) bool
+  force: jax.Array      # (n,) the warm start
 
 
 def _shuffle(order: jax.Array, start: jax.Array, count: jax.Array, sweep: jax.Array,
@@ -118,27 +114,27 @@ def _shuffle(order: jax.Array, start: jax.Array, count: jax.Array, sweep: jax.Ar
   return jax.lax.fori_loop(0, jnp.max(count) - 1, swap, order)
 
 
-def _block_update(blocks: _Blocks, p: _Problem, force: jax.Array, qacc: jax.Array,
-                  rows: jax.Array, mask: jax.Array, kind: jax.Array):
+def _block_update(r: _Rows, force: jax.Array, qacc: jax.Array, rows: jax.Array,
+                  mask: jax.Array, kind: jax.Array, cones: bool):
   """One block's new forces (width,), the cost's change and qacc's change (nv,)."""
-  Jb = p.J[rows] * mask[:, None]
-  Wb = p.MinvJt[:, rows] * mask[None, :]
-  R = jnp.where(mask, p.R[rows], 0.0)
-  A = Jb @ Wb + jnp.diag(R)
+  Jb = r.J[rows] * mask[:, None]
+  Wb = r.W[rows] * mask[:, None]
+  R = jnp.where(mask, r.R[rows], 0.0)
+  A = Jb @ Wb.T + jnp.diag(R)
   old = jnp.where(mask, force[rows], 0.0)
-  res = jnp.where(mask, Jb @ qacc - p.aref[rows] + R * old, 0.0)
+  res = jnp.where(mask, Jb @ qacc - r.aref[rows] + R * old, 0.0)
   ainv = 1 / A[0, 0]
   first = old[0] - res[0] * ainv
-  floss = p.floss[rows[0]]
+  floss = r.floss[rows[0]]
   first = jnp.where(kind == _FRICTION, jnp.clip(first, -floss, floss),
                     jnp.where(kind == _EQUALITY, first, jnp.maximum(first, 0.0)))
   new = jnp.zeros_like(old).at[0].set(first)
   a_cost = A.at[0, 0].set(1 / ainv)
-  if blocks.rows.shape[1] > 1:
-    new = jnp.where(kind == _ELLIPTIC, _cone_update(A, res, old, mask, p.friction[rows[0]]), new)
+  if cones:
+    new = jnp.where(kind == _ELLIPTIC, _cone_update(A, res, old, mask, r.friction[rows[0]]), new)
     a_cost = jnp.where(kind == _ELLIPTIC, A, a_cost)
   new, change = cost_change(a_cost, new, old, res)
-  return new, change, Wb @ (new - old)
+  return new, change, (new - old) @ Wb
 
 
 def _cone_update(A: jax.Array, res: jax.Array, old: jax.Array, mask: jax.Array,
@@ -158,25 +154,83 @@ def _cone_update(A: jax.Array, res: jax.Array, old: jax.Array, mask: jax.Array,
   return new.at[1:].set(jnp.where(mask[1:], t, 0.0))
 
 
-def _project(blocks: _Blocks, p: _Problem, force: jax.Array, moved: jax.Array) -> jax.Array:
-  """force with the rows ``moved`` (njmax,) projected onto their bounds and cones (MuJoCo's
+def _block_rows(r: _Rows, head: jax.Array, width: int) -> tuple[jax.Array, jax.Array]:
+  """(rows (..., width), mask) of the blocks starting at rows ``head`` (...,)."""
+  offset = jnp.arange(width).reshape((1,) * jnp.ndim(head) + (width,))
+  mask = offset < r.width[head][..., None]
+  rows = jnp.where(mask, head[..., None] + offset, head[..., None])
+  return rows, mask
+
+
+def _project(r: _Rows, force: jax.Array, moved: jax.Array, width: int) -> jax.Array:
+  """force with the rows ``moved`` (n,) projected onto their bounds and cones (MuJoCo's
   projection after the Nesterov extrapolation)."""
-  kind = np.full(force.shape[0], _EQUALITY)
-  kind[blocks.rows[blocks.mask]] = np.repeat(blocks.kind, blocks.mask.sum(1))
-  out = jnp.where(kind == _FRICTION, jnp.clip(force, -p.floss, p.floss),
-                  jnp.where(kind == _ONE_SIDED, jnp.maximum(force, 0.0), force))
-  cone = blocks.kind == _ELLIPTIC
-  if np.any(cone):
-    rows, mask = blocks.rows[cone], blocks.mask[cone]
-    f = force[rows]                                              # (ncone, width)
-    mu = p.friction[rows[:, 0], :rows.shape[1] - 1]
+  out = jnp.where(r.kind == _FRICTION, jnp.clip(force, -r.floss, r.floss),
+                  jnp.where(r.kind == _ONE_SIDED, jnp.maximum(force, 0.0), force))
+  if width > 1:
+    rows, mask = _block_rows(r, jnp.arange(force.shape[0]), width)
+    cone = (r.kind == _ELLIPTIC) & (r.width > 1)
+    f = force[rows]                                              # (n, width)
+    mu = r.friction[:, :width - 1]
     s = jnp.sum(jnp.where(mask[:, 1:], f[:, 1:] ** 2 / jnp.where(mask[:, 1:], mu * mu, 1.0),
                           0.0), axis=1)
     n2 = f[:, 0] ** 2
     scale = jnp.where(s > n2, jnp.sqrt(n2 / jnp.maximum(MINVAL, s)), 1.0)
     f = jnp.where(f[:, :1] < 0, 0.0, f.at[:, 1:].multiply(scale[:, None]))
-    out = out.at[rows[mask]].set(f[mask])
+    drop = force.shape[0]
+    out = out.at[jnp.where(mask & cone[:, None], rows, drop)].set(f, mode="drop")
   return jnp.where(moved, out, force)
+
+
+def _solve(m: Model, r: _Rows, qacc_smooth: jax.Array, scale: jax.Array, ntree: int,
+           width: int) -> jax.Array:
+  """The forces (n,) of PGS on rows r, from their warm start; scale (ntree,) scales each
+  island's improvement."""
+  n = r.J.shape[0]
+  force = r.force
+  # each island's blocks, in row order, then shuffled in place
+  key = jnp.where(r.width > 0, r.island * n + jnp.arange(n), ntree * n)
+  order = jnp.argsort(key)
+  count = jax.ops.segment_sum((r.width > 0).astype(jnp.int32), r.island, num_segments=ntree)
+  start = jnp.cumsum(count) - count
+  total = jnp.sum(count)
+  numbers = jnp.asarray(_pcg32(max(1, m.opt.iterations * (n - 1))))
+  cones = width > 1
+
+  def iteration(state):
+    it, force, prev, nesterov, order, done = state
+    beta = jnp.where((it > 0) & ~done, (nesterov - 1) / (nesterov + 2.0), 0.0)
+    beta = jnp.maximum(beta, 0.0)[r.island]
+    extrapolated = _project(r, force + beta * (force - prev), beta > 0, width)
+    prev = jnp.where(done[r.island], prev, force)
+    force = jnp.where(r.active, extrapolated, 0.0)
+    momentum = force
+    order = _shuffle(order, start, count, it, numbers)
+
+    def sweep(k, carry):
+      force, qacc, improvement = carry
+      head = order[k]
+      rows, mask = _block_rows(r, head, width)
+      island = r.island[head]
+      new, change, dq = _block_update(r, force, qacc, rows, mask, r.kind[head], cones)
+      go = ~done[island]
+      force = force.at[jnp.where(mask & go, rows, n)].set(new, mode="drop")
+      return (force, qacc + jnp.where(go, dq, 0.0),
+              improvement.at[island].add(jnp.where(go, -change, 0.0)))
+
+    improvement = jnp.zeros(ntree, force.dtype)
+    force, _, improvement = jax.lax.fori_loop(
+        0, total, sweep, (force, qacc_smooth + force @ r.W, improvement))
+    dot = jax.ops.segment_sum((force - momentum) * (momentum - prev), r.island,
+                              num_segments=ntree)
+    nesterov = jnp.where((it > 0) & (dot < 0), 0, nesterov + 1)
+    done = done | (improvement * scale < m.opt.tolerance)
+    return it + 1, force, prev, nesterov, order, done
+
+  state = (0, force, force, jnp.zeros(ntree, jnp.int32), order, count == 0)
+  state = jax.lax.while_loop(lambda s: (s[0] < m.opt.iterations) & ~jnp.all(s[5]),
+                             iteration, state)
+  return state[1]
 
 
 def _islands(m: Model, d: Data) -> tuple[jax.Array, jax.Array, int]:
@@ -194,84 +248,68 @@ def _islands(m: Model, d: Data) -> tuple[jax.Array, jax.Array, int]:
   return jnp.where(touches, row, label % ntree), dof, ntree
 
 
+def _capacity(kind: np.ndarray) -> int | None:
+  """How many rows the sweeps carry (static), or None for all: the equality and friction-loss
+  rows, always active, and ``active_capacity`` of the others."""
+  always = int(np.count_nonzero((kind == _EQUALITY) | (kind == _FRICTION)))
+  conditional = active_capacity(len(kind) - always)
+  return None if conditional is None else always + conditional
+
+
 def solve_pgs(m: Model, d: Data, warm: jax.Array | None) -> jax.Array:
   """efc_force (njmax,) by MuJoCo's PGS from d's constraint rows (after make_constraint and
   reference_constraint), without derivatives. It starts from ``warm`` (njmax,), the forces the
   primal cost gives qacc_warmstart, unless their dual cost is positive; from zero where
   ``warm`` is None (warmstart disabled)."""
   d, warm = jax.lax.stop_gradient((d, warm))
-  blocks = _blocks(m)
-  nblock, width = blocks.rows.shape
-  factor = jax.scipy.linalg.cho_factor(d.qM, lower=True)
-  cone_heads = blocks.rows[blocks.kind == _ELLIPTIC, 0]
-  friction = jnp.zeros((m.njmax, 5), d.qM.dtype)
-  if len(cone_heads):
-    friction = friction.at[cone_heads].set(d.contact_friction[m.efc_rowid[cone_heads]])
-  row_island, dof_island, ntree = _islands(m, d)
-  p = _Problem(d.efc_J, jax.scipy.linalg.cho_solve(factor, d.efc_J.T), d.efc_aref, d.efc_R,
-               d.efc_frictionloss, friction, row_island, d.qacc_smooth)
+  layout_kind, layout_width = _layout(m)
+  max_width = int(layout_width.max(initial=1))
   active = d.efc_active
-  b = p.J @ p.qacc_smooth - p.aref
+  # an elliptic contact's row alone (an adhesive contact in its gap) is a frictionless row
+  single = (layout_kind == _ELLIPTIC) & (d.efc_type != ConstraintType.CONTACT_ELLIPTIC)
+  kind = jnp.where(single, _ONE_SIDED, layout_kind)
+  width = jnp.where(active, jnp.where(single, 1, layout_width), 0)
+  friction = jnp.zeros((m.njmax, 5), d.qM.dtype)
+  heads = np.flatnonzero((layout_kind == _ELLIPTIC) & (layout_width > 0))
+  if len(heads):
+    friction = friction.at[heads].set(d.contact_friction[m.efc_rowid[heads]])
+  row_island, dof_island, ntree = _islands(m, d)
+  factor = jax.scipy.linalg.cho_factor(d.qM, lower=True)[0]
 
   force = jnp.zeros(m.njmax, d.qM.dtype)
   if warm is not None:
     force = jnp.where(active, warm, 0.0)
-    dual_cost = force @ b + 0.5 * force @ (p.J @ (p.MinvJt @ force) + p.R * force)
+    jf = d.efc_J.T @ force
+    b = d.efc_J @ d.qacc_smooth - d.efc_aref
+    dual_cost = force @ b + 0.5 * (jf @ jax.scipy.linalg.cho_solve((factor, True), jf)
+                                   + force @ (d.efc_R * force))
     force = jnp.where(dual_cost > 0, 0.0, force)
 
-  # each island's active blocks, in row order, then shuffled in place
-  head = blocks.rows[:, 0]
-  kind = jnp.where((blocks.kind == _ELLIPTIC)
-                   & (d.efc_type[head] != ConstraintType.CONTACT_ELLIPTIC), _ONE_SIDED,
-                   blocks.kind)
-  block_active = active[head]
-  block_island = row_island[head]
-  key = jnp.where(block_active, block_island * nblock + jnp.arange(nblock), ntree * nblock)
-  order = jnp.argsort(key)
-  count = jax.ops.segment_sum(block_active.astype(jnp.int32), block_island, num_segments=ntree)
-  start = jnp.cumsum(count) - count
-  total = jnp.sum(count)
-  numbers = jnp.asarray(_pcg32(max(1, m.opt.iterations * (nblock - 1))))
   # MuJoCo 4 scales an island's improvement by the trace of its block of M (as noslip's)
   if m.opt.disabled(DisableBit.ISLAND):
     scale = jnp.full(ntree, 1 / (m.stat_meaninertia * max(1, m.nv)), d.qM.dtype)
   else:
     scale = 1 / jnp.maximum(jax.ops.segment_sum(jnp.diagonal(d.qM), dof_island,
                                                 num_segments=ntree), MINVAL)
-  row_of_island = lambda x: x[row_island]
+  columns = (d.efc_J, d.efc_aref, d.efc_R, d.efc_frictionloss, friction, kind, width,
+             row_island, active, force)
 
-  def sweep(k, carry):
-    force, qacc, improvement, order, done = carry
-    block = order[k]
-    rows = jnp.asarray(blocks.rows)[block]
-    mask = jnp.asarray(blocks.mask)[block] & active[rows]
-    island = block_island[block]
-    new, change, dq = _block_update(blocks, p, force, qacc, rows, mask, kind[block])
-    go = ~done[island]
-    force = force.at[jnp.where(mask & go, rows, m.njmax)].set(new, mode="drop")
-    return (force, qacc + jnp.where(go, dq, 0.0),
-            improvement.at[island].add(jnp.where(go, -change, 0.0)), order, done)
+  def solve(idx, valid, columns, factor, qacc_smooth, scale):
+    """The forces of the rows idx (all, or the active ones padded: valid says which)."""
+    J, aref, R, floss, fr, kd, wd, isl, act, f = (c[idx] for c in columns)
+    W = jax.scipy.linalg.cho_solve((factor, True), J.T).T
+    rows = _Rows(J, W, aref, R, floss, fr, kd, jnp.where(valid, wd, 0), isl, act & valid,
+                 jnp.where(valid, f, 0.0))
+    return _solve(m, rows, qacc_smooth, scale, ntree, max_width)
 
-  def iteration(state):
-    it, force, prev, nesterov, order, done = state
-    beta = jnp.where((it > 0) & ~done, (nesterov - 1) / (nesterov + 2.0), 0.0)
-    beta = row_of_island(jnp.maximum(beta, 0.0))
-    extrapolated = _project(blocks, p, force + beta * (force - prev), beta > 0)
-    prev = jnp.where(row_of_island(done), prev, force)
-    force = jnp.where(active, extrapolated, 0.0)
-    momentum = force
-    order = _shuffle(order, start, count, it, numbers)
-    qacc = p.qacc_smooth + p.MinvJt @ force
-    improvement = jnp.zeros(ntree, d.qM.dtype)
-    force, _, improvement, order, _ = jax.lax.fori_loop(
-        0, total, sweep, (force, qacc, improvement, order, done))
-    dot = jax.ops.segment_sum((force - momentum) * (momentum - prev), row_island,
-                              num_segments=ntree)
-    nesterov = jnp.where((it > 0) & (dot < 0), 0, nesterov + 1)
-    done = done | (improvement * scale < m.opt.tolerance)
-    return it + 1, force, prev, nesterov, order, done
-
-  state = (0, force, force, jnp.zeros(ntree, jnp.int32), order, count == 0)
-  state = jax.lax.while_loop(lambda s: (s[0] < m.opt.iterations) & ~jnp.all(s[5]),
-                             iteration, state)
-  return state[1]
+  args = (columns, factor, d.qacc_smooth, scale)
+  capacity = _capacity(layout_kind)
+  if capacity is None:
+    return solve(slice(None), True, *args)
+  pick = jnp.nonzero(active, size=capacity, fill_value=0)[0]
+  nactive = jnp.sum(active)
+  valid = jnp.arange(capacity) < nactive
+  compact = jnp.zeros(m.njmax, d.qM.dtype).at[jnp.where(valid, pick, m.njmax)].set(
+      solve(pick, valid, *args), mode="drop")
+  return unless_overflow(nactive > capacity, compact,
+                         lambda *args: solve(slice(None), True, *args), *args)
