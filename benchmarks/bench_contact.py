@@ -133,11 +133,11 @@ def _grad_rows(name: str, mj: Any, init: dict[str, np.ndarray], args: argparse.N
   if not args.no_mjx:
     import jax  # pylint: disable=import-outside-toplevel
     from mujoco import mjx  # pylint: disable=import-outside-toplevel
-    mm = mjx.put_model(mj)
-    d0 = mjx.make_data(mm)
-    dm = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,) + x.shape), d0)
-    dm = dm.replace(**{k: jnp.asarray(v[:b], dtype=args.dtype) for k, v in init.items()})
     try:
+      mm = mjx.put_model(mj)
+      d0 = mjx.make_data(mm)
+      dm = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,) + x.shape), d0)
+      dm = dm.replace(**{k: jnp.asarray(v[:b], dtype=args.dtype) for k, v in init.items()})
       line += f", MJX {_grad_ratio(mjx.step, mm, dm, args.steps, args.repeat):.1f}x"
     except Exception as e:  # pylint: disable=broad-except
       line += f", MJX failed ({type(e).__name__})"
