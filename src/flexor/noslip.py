@@ -148,7 +148,7 @@ def _pair(A: jax.Array, res: jax.Array, old: jax.Array) -> jax.Array:
 
 
 def tangents(A: jax.Array, res: jax.Array, old: jax.Array, normal: jax.Array,
-              friction: jax.Array, mask: jax.Array) -> jax.Array:
+             friction: jax.Array, mask: jax.Array) -> jax.Array:
   """An elliptic contact's friction at fixed normal force: the QCQP's minimiser, put on the
   ellipsoid where its constraint is active; zero without normal force."""
   bc = res - A @ old

@@ -28,6 +28,10 @@ world with more is solved again on all rows), so the per-sweep work (extrapolati
 shuffle, M^-1 J') grows with the rows in use, not with the layout. The sweeps are
 ``lax.while_loop``s and are not differentiated: ``flexor.solver`` gives the solution the
 implicit derivative of the primal problem's optimum, which PGS converges to.
+
+The forces agree with MuJoCo's to round-off after any number of sweeps. efc_state is the dual
+state of the forces (``noslip.dual_state``); the QCQP puts an elliptic contact's friction on its
+cone's boundary, where the zone (cone or satisfied) can differ from MuJoCo's in the last bit.
 """
 
 from __future__ import annotations
