@@ -119,7 +119,8 @@ def _shuffle(order: jax.Array, start: jax.Array, count: jax.Array, sweep: jax.Ar
 
 
 def _block_update(r: _Rows, force: jax.Array, qacc: jax.Array, rows: jax.Array,
-                  mask: jax.Array, kind: jax.Array, cones: bool):
+                  mask: jax.Array, kind: jax.Array,
+                  cones: bool) -> tuple[jax.Array, jax.Array, jax.Array]:
   """One block's new forces (width,), the cost's change and qacc's change (nv,)."""
   Jb = r.J[rows] * mask[:, None]
   Wb = r.W[rows] * mask[:, None]
@@ -298,7 +299,8 @@ def solve_pgs(m: Model, d: Data, warm: jax.Array | None) -> jax.Array:
   columns = (d.efc_J, d.efc_aref, d.efc_R, d.efc_frictionloss, friction, kind, width,
              row_island, active, force)
 
-  def solve(idx, valid, columns, factor, qacc_smooth, scale):
+  def solve(idx: jax.Array | slice, valid: jax.Array | bool, columns: tuple, factor: jax.Array,
+            qacc_smooth: jax.Array, scale: jax.Array) -> jax.Array:
     """The forces of the rows idx (all, or the active ones padded: valid says which)."""
     J, aref, R, floss, fr, kd, wd, isl, act, f = (c[idx] for c in columns)
     W = jax.scipy.linalg.cho_solve((factor, True), J.T).T
