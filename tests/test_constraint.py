@@ -417,7 +417,7 @@ def test_pgs_iterates_match_mujoco(cone):
   ray and QCQP updates of elliptic cones, a stop per island. From a perturbed state of the pile
   and a lone sphere (two islands), cold started, flexor's forces are MuJoCo's after 4 sweeps
   and where each island stops at the default iterations (both islands restart their momentum on
-  the way: 13 restarts in the two cones), and with islands disabled (one scale, one stop)."""
+  the way: 13 sweeps of the two cones end in a restart), and with islands disabled."""
   mj, md, m, d = _perturbed_pile(f'solver="PGS" cone="{cone}"', PGS_XML, 60)
   assert m.opt.solver == SolverType.PGS
   for iterations, islands in ((4, True), (100, True), (100, False)):
