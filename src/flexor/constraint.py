@@ -557,6 +557,16 @@ def _impedance_rows(m: Model, d: Data, pos: jax.Array, margin: jax.Array, diag: 
   return R, jnp.stack([K, B, imp, jnp.zeros_like(imp)], axis=-1)
 
 
+def row_constraints(m: Model) -> tuple[np.ndarray, int]:
+  """(constraint (njmax,), count): each row's constraint, a (type, id) block of rows numbered
+  from 0 (static)."""
+  if not m.njmax:
+    return np.zeros(0, np.int64), 0
+  _, block = np.unique(np.stack([m.efc_rowtype, m.efc_rowid], -1), axis=0, return_inverse=True)
+  block = block.reshape(-1)
+  return block, int(block.max()) + 1
+
+
 def _nonempty(m: Model, J: jax.Array) -> jax.Array:
   """False for the rows of a non-contact constraint whose Jacobian rows are all zero: MuJoCo
   skips such a constraint whole, and keeps every row of one (say a connect's y and z rows on a
@@ -564,11 +574,9 @@ def _nonempty(m: Model, J: jax.Array) -> jax.Array:
   contact = m.efc_rowtype >= ConstraintType.CONTACT_FRICTIONLESS
   if not len(contact):
     return jnp.asarray(contact)
-  # a constraint is a (type, id) block of rows
-  _, block = np.unique(np.stack([m.efc_rowtype, m.efc_rowid], -1), axis=0, return_inverse=True)
-  block = block.reshape(-1)
+  block, nblock = row_constraints(m)
   row_nonzero = jnp.any(J != 0, axis=-1)
-  block_nonzero = jax.ops.segment_max(row_nonzero, block, num_segments=int(block.max()) + 1)
+  block_nonzero = jax.ops.segment_max(row_nonzero, block, num_segments=nblock)
   return jnp.asarray(contact) | block_nonzero[block]
 
 

@@ -43,7 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor.constraint import active_capacity, dof_trees, islands, rows_of, unless_overflow
+from flexor.constraint import (active_capacity, dof_trees, islands, row_constraints, rows_of,
+                               unless_overflow)
 from flexor.math import MINVAL
 from flexor.noslip import cost_change, tangents
 from flexor.types import ConstraintType, Data, DisableBit, Model
@@ -244,12 +245,10 @@ def _islands(m: Model, d: Data) -> tuple[jax.Array, jax.Array, int]:
   MuJoCo's efc_tree puts it: PGS visits it in that island's sweeps."""
   dof_tree, ntree = dof_trees(m)
   row, dof = islands(dof_tree, ntree, d.efc_J, d.efc_active)
-  _, constraint = np.unique(np.stack([m.efc_rowtype, m.efc_rowid], -1), axis=0,
-                            return_inverse=True)
-  constraint = constraint.reshape(-1)
+  constraint, nconstraint = row_constraints(m)
   touches = jnp.any(d.efc_J != 0, axis=1)
   label = jax.ops.segment_min(jnp.where(touches, row, ntree), constraint,
-                              num_segments=int(constraint.max(initial=0)) + 1)[constraint]
+                              num_segments=nconstraint)[constraint]
   return jnp.where(touches, row, label % ntree), dof, ntree
 
 
