@@ -1,4 +1,5 @@
-"""Time integration: ``integrate_pos``, ``euler``, ``rk4``, ``implicit``, ``implicitfast``, ``step``.
+"""Time integration: ``integrate_pos``, ``euler``, ``rk4``, ``implicit``, ``implicitfast``, ``step``,
+and flexor's own ``adaptive`` substeps.
 
 Each integrator follows its MuJoCo counterpart in ``engine_forward.c`` (``mj_Euler``,
 ``mj_RungeKutta``, ``mj_implicit``) and ends in ``_advance`` (``mj_advance``): activations, then
@@ -99,19 +100,26 @@ def _advance(m: Model, d: Data, act_dot: jax.Array, qacc: jax.Array,
     qvel: optional (nv,) velocities for the position update.
   """
   h = m.opt.timestep
+  new_qvel = d.qvel + h * qacc
+  vel = new_qvel if qvel is None else qvel
+  return _finish(m, d, act_dot, integrate_pos(m, d.qpos, vel, h), new_qvel, h * vel, recorded)
+
+
+def _finish(m: Model, d: Data, act_dot: jax.Array, qpos: jax.Array, qvel: jax.Array,
+            dpos: jax.Array, recorded: bool = False) -> Data:
+  """The rest of ``mj_advance`` once the new qpos (nq,) and qvel (nv,) are known: the history
+  buffers, the activations, the plastic state (which follows the displacement ``dpos`` (nv,)),
+  time and ``warning_nan``."""
   if not recorded:
     d = history.advance(m, d, sensor.compute)
   act = d.act
   if m.na and not m.opt.disabled(DisableBit.ACTUATION):
     act = actuation.advance_act(m, d, act_dot)
-  new_qvel = d.qvel + h * qacc
-  vel = new_qvel if qvel is None else qvel
-  qpos = integrate_pos(m, d.qpos, vel, h)
-  plastic = passive.update_plastic(m, d, qpos, h * vel)
-  finite = (jnp.all(jnp.isfinite(qpos)) & jnp.all(jnp.isfinite(new_qvel))
+  plastic = passive.update_plastic(m, d, qpos, dpos)
+  finite = (jnp.all(jnp.isfinite(qpos)) & jnp.all(jnp.isfinite(qvel))
             & jnp.all(jnp.isfinite(act)))
-  return d.replace(qpos=qpos, qvel=new_qvel, act=act, time=d.time + h, qacc_warmstart=d.qacc,
-                   plastic=plastic, warning_nan=d.warning_nan | ~finite)
+  return d.replace(qpos=qpos, qvel=qvel, act=act, time=d.time + m.opt.timestep,
+                   qacc_warmstart=d.qacc, plastic=plastic, warning_nan=d.warning_nan | ~finite)
 
 
 def euler(m: Model, d: Data) -> Data:
@@ -264,6 +272,116 @@ def implicitfast(m: Model, d: Data) -> Data:
     return _advance(m, d, d.act_dot, qacc)
 
 
+# Bogacki-Shampine 3(2), first same as last. Stage i (1-3) evaluates the derivative at the
+# substep's start advanced by dt * sum_j A[i-1, j] k_j; the last row is the third-order solution,
+# so stage 3 is the derivative at the new state and opens the next substep. E weighs the stages
+# into the difference between the third- and the second-order solutions (the error estimate).
+_BS_A = ((0.5, 0.0, 0.0, 0.0), (0.0, 0.75, 0.0, 0.0), (2 / 9, 1 / 3, 4 / 9, 0.0))
+_BS_C = (0.5, 0.75, 1.0)
+_BS_E = (2 / 9 - 7 / 24, 1 / 3 - 1 / 4, 4 / 9 - 1 / 3, -1 / 8)
+_CHUNK = 8  # adaptive tries per chunk; a finished step skips the remaining chunks at once
+
+
+def adaptive(m: Model, d: Data) -> Data:
+  """Step of ``opt.timestep`` made of adaptive substeps (flexor's own; DiffMJX's remedy for the
+  gradient error of stiff contacts at a fixed time step, Paulus et al., ICLR 2026).
+
+  Positions and velocities follow the continuous dynamics qdot = qvel, vdot = qacc(q, v), with
+  ``forward`` (collision and constraint solve included) evaluated at every stage, integrated by
+  an embedded Bogacki-Shampine 3(2) pair on the rotation group (Munthe-Kaas, as ``rk4``). Each
+  substep's error, ``|E| / (atol + rtol |y|)`` over positions (in the tangent space, where a
+  rotation's magnitude counts as 1) and velocities in the root mean square, decides whether it is
+  kept; the next size is ``dt * clip(0.9 / err**(1/3), 0.2, 5)`` and the first try is the whole
+  step. There are ``opt.adaptive_substeps`` tries at most (``lax.scan``s, so reverse mode works;
+  a finished step skips the rest by ``lax.cond``, in chunks of eight; under ``vmap`` the conds
+  become selects and every world runs all tries); the last one covers what is left of the step
+  whatever its error. Step sizes and decisions carry no derivative: the gradient is that of the
+  accepted substeps, which approaches the continuous flow's as rtol falls.
+
+  Controls and activations are held over the step, and activations then advance as in ``euler``;
+  damping is integrated explicitly (no eulerdamp). The derived fields of the result (qacc,
+  contacts, ...) are those of the start of the step. The constraint model is MuJoCo's for ``opt.timestep``
+  (refsafe's 2 * timestep floor on solref's time constant included), whatever the substeps.
+  """
+  with jax.named_scope("adaptive"):
+    h = m.opt.timestep
+    rtol, atol = m.opt.adaptive_rtol, m.opt.adaptive_atol
+    lin_q, lin_v, _, _ = _position_groups(m)
+    dtype = d.qvel.dtype
+    tableau = jnp.asarray(np.column_stack([_BS_A, _BS_C]), dtype=dtype)
+    err_weights = jnp.asarray(_BS_E, dtype=dtype)
+
+    def magnitude(qpos: jax.Array) -> jax.Array:
+      return jnp.ones_like(d.qvel).at[lin_v].set(jnp.abs(qpos[lin_q]))
+
+    def attempt(carry, last):
+      left, dt, qpos, qvel, kacc0 = carry
+      # Step sizes and decisions are not differentiated: the gradient is the accepted substeps'.
+      dt = jax.lax.stop_gradient(jnp.where(last | (dt >= left), left, dt))
+      start = d.time + h - left
+
+      def stage(ks, row_index):
+        row, i = row_index
+        kpos, kacc = ks
+        theta = dt * (row[:4] @ kpos)
+        vel = qvel + dt * (row[:4] @ kacc)
+        dk = d.replace(qpos=integrate_pos(m, qpos, theta, 1.0), qvel=vel,
+                       time=start + row[4] * dt, qacc_warmstart=kacc[i - 1])
+        acc = forward(m, dk, sensors=False).qacc
+        ks = (kpos.at[i].set(_dexpinv(m, theta, vel)), kacc.at[i].set(acc))
+        return ks, (theta, vel)
+
+      zeros = jnp.zeros((3, m.nv), dtype)
+      ks = (jnp.concatenate([qvel[None], zeros]), jnp.concatenate([kacc0[None], zeros]))
+      (kpos, kacc), (theta, vel) = jax.lax.scan(stage, ks, (tableau, jnp.arange(1, 4)))
+      theta, vel = theta[-1], vel[-1]
+      new_qpos = integrate_pos(m, qpos, theta, 1.0)
+
+      scale_pos = atol + rtol * jnp.maximum(magnitude(qpos), magnitude(new_qpos))
+      scale_vel = atol + rtol * jnp.maximum(jnp.abs(qvel), jnp.abs(vel))
+      ratio = jnp.concatenate([dt * (err_weights @ kpos) / scale_pos,
+                               dt * (err_weights @ kacc) / scale_vel])
+      err = jax.lax.stop_gradient(jnp.sqrt(jnp.mean(ratio**2)))
+      keep = last | (err <= 1.0)
+      grow = jnp.clip(0.9 * jnp.maximum(err, 1e-10) ** (-1.0 / 3.0), 0.2, 5.0)
+      pick = lambda new, old: jnp.where(keep, new, old)
+      carry = (pick(left - dt, left), dt * grow, pick(new_qpos, qpos), pick(vel, qvel),
+               pick(kacc[3], kacc0))
+      return carry, pick(theta, jnp.zeros_like(theta))
+
+    # Reverse mode then keeps only each try's input and recomputes the tries that ran.
+    remat_attempt = jax.checkpoint(attempt, prevent_cse=False)
+    tries = m.opt.adaptive_substeps
+
+    def substep(state, k):
+      carry, dpos = state
+      carry, step_dpos = jax.lax.cond((carry[0] > 0) & (k < tries), remat_attempt,
+                                      lambda c, _: (c, jnp.zeros_like(dpos)), carry, k == tries - 1)
+      return (carry, dpos + step_dpos), None
+
+    def chunk(state, ks):
+      # A finished step skips whole chunks: in reverse mode, each skipped try still costs a pass.
+      run = lambda state: jax.lax.scan(substep, state, ks)[0]
+      return jax.lax.cond(state[0][0] > 0, run, lambda state: state, state), None
+
+    carry = (h, h, d.qpos, d.qvel, d.qacc)  # what is left of the step, the next try's size, y, k1
+    ks = jnp.arange(-(-tries // _CHUNK) * _CHUNK).reshape(-1, _CHUNK)
+    ((_, _, qpos, qvel, _), dpos), _ = jax.lax.scan(chunk, (carry, jnp.zeros_like(d.qvel)), ks)
+    return _finish(m, d, d.act_dot, qpos, qvel, dpos)
+
+
+def with_adaptive_integration(m: Model, max_substeps: int = 64, rtol: float | jax.Array = 1e-3,
+                              atol: float | jax.Array = 1e-6) -> Model:
+  """``m`` stepped by ``adaptive`` substeps (at most ``max_substeps`` tries a step) to the
+  tolerances ``rtol`` and ``atol``; ``max_substeps=0`` restores ``opt.integrator``."""
+  if max_substeps < 0:
+    raise ValueError(f"max_substeps must be >= 0, got {max_substeps}")
+  dtype = m.opt.timestep.dtype
+  return m.replace(opt=m.opt.replace(adaptive_substeps=int(max_substeps),
+                                     adaptive_rtol=jnp.asarray(rtol, dtype),
+                                     adaptive_atol=jnp.asarray(atol, dtype)))
+
+
 # The step function of each IntegratorType: ``step`` runs ``forward`` and then it.
 INTEGRATORS = {
     IntegratorType.EULER: euler,
@@ -280,6 +398,8 @@ def _loops_saveable(prim: jax.extend.core.Primitive, *_, **__) -> bool:
 
 
 def _step(m: Model, d: Data) -> Data:
+  if m.opt.adaptive_substeps:
+    return adaptive(m, forward(m, d))
   integrator = INTEGRATORS[IntegratorType(m.opt.integrator)]
   return integrator(m, forward(m, d))
 
@@ -295,7 +415,7 @@ _remat_step = jax.checkpoint(_step, policy=_loops_saveable, prevent_cse=False)
 
 def step(m: Model, d: Data) -> Data:
   """Advances the simulation by one time step (``mj_step``): ``forward``, then the integrator
-  chosen by the static ``m.opt.integrator``.
+  chosen by the static ``m.opt.integrator``, or ``adaptive`` where ``m.opt.adaptive_substeps``.
 
   Never raises under jit: a non-finite new state sets ``warning_nan`` (sticky; MuJoCo would warn
   and reset the state instead). In reverse mode the step is rematerialised (``jax.checkpoint``):

@@ -467,6 +467,8 @@ class Option(_Node):
   o_friction: jax.Array        # (5,)
   contact_gradient_width: jax.Array  # () m, the soft layer of ContactGradient SMOOTH/DISTANCE
   contact_gradient_timeconst: jax.Array  # () s, the layer's spring in DISTANCE's surrogate
+  adaptive_rtol: jax.Array     # () relative tolerance of adaptive substeps
+  adaptive_atol: jax.Array     # () absolute tolerance (m, rad, m/s, rad/s) of adaptive substeps
   integrator: int              # IntegratorType
   cone: int                    # mjtCone
   jacobian: int                # mjtJacobian
@@ -479,6 +481,7 @@ class Option(_Node):
   enableflags: int             # EnableBit
   disableactuator: int         # bit k set: actuators of group k are disabled
   contact_gradient: int        # ContactGradient (flexor's own; EXACT is MuJoCo's model)
+  adaptive_substeps: int       # flexor's own: > 0 steps by at most this many adaptive substeps
 
   def disabled(self, bit: DisableBit) -> bool:
     """True if ``bit`` is set in ``disableflags`` (static: usable in Python control flow)."""

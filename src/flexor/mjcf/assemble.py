@@ -26,10 +26,10 @@ _OPTION_DEFAULTS: dict[str, Any] = dict(
     ccd_tolerance=1e-6, o_margin=0.0,
     o_solref=(0.02, 1.0), o_solimp=(0.9, 0.95, 0.001, 0.5, 2.0),
     o_friction=(1.0, 1.0, 0.005, 0.0001, 0.0001), contact_gradient_width=0.01,
-    contact_gradient_timeconst=0.2,
+    contact_gradient_timeconst=0.2, adaptive_rtol=1e-3, adaptive_atol=1e-6,
     integrator=0, cone=0, jacobian=2, solver=2, iterations=100, ls_iterations=50,
     noslip_iterations=0, ccd_iterations=35, disableflags=0, enableflags=0, disableactuator=0,
-    contact_gradient=0)
+    contact_gradient=0, adaptive_substeps=0)
 
 
 _LARGE_JACOBIAN = 2**30  # bytes of efc_J per world (float64) above which the layout warns
