@@ -1,5 +1,5 @@
-"""Time integration: ``integrate_pos``, ``euler``, ``rk4``, ``implicit``, ``implicitfast``, ``step``,
-and flexor's own ``adaptive`` substeps.
+"""Time integration: ``integrate_pos``, ``euler``, ``rk4``, ``implicit``, ``implicitfast``,
+``step``, and flexor's own ``adaptive`` substeps.
 
 Each integrator follows its MuJoCo counterpart in ``engine_forward.c`` (``mj_Euler``,
 ``mj_RungeKutta``, ``mj_implicit``) and ends in ``_advance`` (``mj_advance``): activations, then
@@ -300,8 +300,9 @@ def adaptive(m: Model, d: Data) -> Data:
 
   Controls and activations are held over the step, and activations then advance as in ``euler``;
   damping is integrated explicitly (no eulerdamp). The derived fields of the result (qacc,
-  contacts, ...) are those of the start of the step. The constraint model is MuJoCo's for ``opt.timestep``
-  (refsafe's 2 * timestep floor on solref's time constant included), whatever the substeps.
+  contacts, ...) are those of the start of the step. The constraint model is MuJoCo's for
+  ``opt.timestep`` (refsafe's 2 * timestep floor on solref's time constant included), whatever
+  the substeps.
   """
   with jax.named_scope("adaptive"):
     h = m.opt.timestep
@@ -398,7 +399,7 @@ def _loops_saveable(prim: jax.extend.core.Primitive, *_, **__) -> bool:
 
 
 def _step(m: Model, d: Data) -> Data:
-  if m.opt.adaptive_substeps:
+  if m.opt.adaptive_substeps and m.nv:
     return adaptive(m, forward(m, d))
   integrator = INTEGRATORS[IntegratorType(m.opt.integrator)]
   return integrator(m, forward(m, d))
@@ -415,7 +416,8 @@ _remat_step = jax.checkpoint(_step, policy=_loops_saveable, prevent_cse=False)
 
 def step(m: Model, d: Data) -> Data:
   """Advances the simulation by one time step (``mj_step``): ``forward``, then the integrator
-  chosen by the static ``m.opt.integrator``, or ``adaptive`` where ``m.opt.adaptive_substeps``.
+  chosen by the static ``m.opt.integrator``, or ``adaptive`` where ``m.opt.adaptive_substeps``
+  (and there are dofs).
 
   Never raises under jit: a non-finite new state sets ``warning_nan`` (sticky; MuJoCo would warn
   and reset the state instead). In reverse mode the step is rematerialised (``jax.checkpoint``):
