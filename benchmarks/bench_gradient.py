@@ -10,6 +10,12 @@ Two tables per model, both measured on a batch of random states (``jax.vmap``), 
   qvel (HLO instructions of the entry computation, fusions), and the arrays the forward saves
   for the backward. The backward of a step launches many small kernels; these counts, not flops,
   are what its cost follows.
+* **stages** (with ``--stages``): the rollout gradient's kernels, from a ``jax.profiler`` trace of
+  the compiled program, charged to the pipeline stage (flexor's named scopes: kinematics,
+  com_pos, crb, rne, ...) and the pass that runs them: the forward rollout, the forward of each
+  step recomputed in the backward pass (``flexor.step`` is rematerialised), and the transposed
+  (backward) operations. Kernels per step and summed kernel time per step; summed over XLA's
+  threads, so the total exceeds the wall time where kernels overlap.
 
 Models: a path, a flexor example or a dm_control suite name; ``name:smooth`` disables contacts
 and constraints (as ``bench_smooth.py``). Run from the repository root, e.g.
@@ -19,11 +25,16 @@ and constraints (as ``bench_smooth.py``). Run from the repository root, e.g.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import glob
+import gzip
 import io
+import json
 import os
 import re
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -126,6 +137,116 @@ def step_table(m: Any, d: Any) -> list[list[str]]:
   return rows
 
 
+# flexor's named scopes (``jax.named_scope``) that name a pipeline stage; a kernel is charged to the
+# innermost one in its HLO op_name, or to "other".
+STAGES = ("kinematics", "com_pos", "camlight", "tendon", "transmission", "crb", "factor_m",
+          "collision", "make_constraint", "com_vel", "tendon_velocity", "passive", "rne",
+          "actuation", "fwd_acceleration", "solve", "noslip", "sensor_pos", "sensor_vel",
+          "sensor_acc", "euler", "implicit", "implicitfast", "rk4", "adaptive")
+_CONTROL_FLOW = ("while", "conditional", "call")  # their events span their bodies' kernels
+
+
+def _kernel_origins(hlo: str) -> dict[str, tuple[str, str]]:
+  """HLO instruction name -> (stage, pass) for the compiled rollout gradient's text ``hlo``.
+
+  The pass is where the kernel runs: "forward" (the forward rollout's loop, or outside the
+  loops), "recomputed" (the backward loop re-running a step's forward, which ``flexor.step``'s
+  rematerialisation makes it do) or "backward" (the backward loop's transposed operations).
+  """
+  calls: dict[str, set[str]] = collections.defaultdict(set)
+  loops: list[tuple[str, str]] = []  # (body, op_name) of the entry computation's while loops
+  lines: list[tuple[str, str, str, str]] = []  # (computation, instruction, opcode, op_name)
+  computation, entry = "", ""
+  for line in hlo.splitlines():
+    header = re.match(r"(ENTRY )?%?([\w.-]+) .*\{$", line)
+    if header:
+      computation = header.group(2)
+      entry = computation if header.group(1) else entry
+      continue
+    found = re.match(r"\s+(?:ROOT )?%?([\w.-]+) = .*? ([a-z][\w-]*)\(", line)
+    if not found:
+      continue
+    called = re.findall(r"(?:condition|body|calls|to_apply)=%?([\w.-]+)", line)
+    for group in re.findall(r"branch_computations=\{([^}]*)\}", line):
+      called += [c.strip().lstrip("%") for c in group.split(",")]
+    calls[computation].update(called)
+    op_name = re.search(r'op_name="([^"]*)"', line)
+    op_name = op_name.group(1) if op_name else ""
+    if computation == entry and found.group(2) == "while":
+      loops.append((re.search(r"body=%?([\w.-]+)", line).group(1), op_name))
+    lines.append((computation, found.group(1), found.group(2), op_name))
+  backward_comps: set[str] = set()
+  for body, op_name in loops:
+    if "transpose(" in op_name:
+      todo = [body]
+      while todo:
+        comp = todo.pop()
+        if comp not in backward_comps:
+          backward_comps.add(comp)
+          todo += calls[comp]
+  origins = {}
+  for comp, name, opcode, op_name in lines:
+    if opcode in _CONTROL_FLOW or not op_name:
+      continue
+    scopes = re.split(r"[/()]", op_name)
+    stage = next((s for s in reversed(scopes) if s in STAGES), "other")
+    what = ("forward" if comp not in backward_comps
+            else "recomputed" if "rematted_computation" in op_name else "backward")
+    origins[name] = (stage, what)
+  return origins
+
+
+def _profile(compiled: Callable, arg: Any, repeat: int) -> tuple[collections.Counter, ...]:
+  """(kernel count, summed us) per (stage, pass) of ``repeat`` runs of ``compiled(arg)``."""
+  import jax  # pylint: disable=import-outside-toplevel
+  origins = _kernel_origins(compiled.as_text())
+  jax.block_until_ready(compiled(arg))
+  with tempfile.TemporaryDirectory() as folder:
+    with jax.profiler.trace(folder):
+      for _ in range(repeat):
+        jax.block_until_ready(compiled(arg))
+    with gzip.open(glob.glob(f"{folder}/plugins/profile/*/*.trace.json.gz")[0]) as f:
+      events = json.load(f)["traceEvents"]
+  count, micros = collections.Counter(), collections.Counter()
+  for event in events:
+    if event.get("ph") == "X" and event.get("name") in origins:
+      count[origins[event["name"]]] += 1
+      micros[origins[event["name"]]] += event["dur"]
+  return count, micros
+
+
+def stage_table(m: Any, d: Any, steps: int, repeat: int) -> list[list[str]]:
+  """Rows (stage; kernels / step and us / step of the forward rollout alone, and of the
+  gradient's forward loop, recomputed forward and backward operations; the stage's share of
+  the gradient) from profiles of ``repeat`` runs of each program."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import flexor  # pylint: disable=import-outside-toplevel
+
+  def loss(qvel):
+    run = lambda d: flexor.rollout(m, d, nstep=steps, fields=())[0].qpos
+    return jnp.sum(jax.vmap(run)(d.replace(qvel=qvel)))
+
+  alone = _profile(jax.jit(loss).lower(d.qvel).compile(), d.qvel, repeat)
+  count, micros = _profile(jax.jit(jax.grad(loss)).lower(d.qvel).compile(), d.qvel, repeat)
+  count.update({(s, "alone"): n for (s, _), n in alone[0].items()})
+  micros.update({(s, "alone"): t for (s, _), t in alone[1].items()})
+  passes = ("alone", "forward", "recomputed", "backward")
+  stages = {s for s, _ in micros}
+  per_step = repeat * steps
+  total = sum(micros[s, w] for s in stages for w in passes[1:])
+  rows = []
+  for stage in sorted(stages, key=lambda s: -sum(micros[s, w] for w in passes[1:])):
+    cells = [stage]
+    for what in passes:
+      cells += [f"{count[stage, what] / per_step:.0f}", f"{micros[stage, what] / per_step:.0f}"]
+    share = sum(micros[stage, w] for w in passes[1:]) / total
+    rows.append(cells + [f"{100 * share:.0f}%"])
+  rows.append(["**all**"] + [f"{sum(c[s, w] for s in stages) / per_step:.0f}"
+                             for w in passes for c in (count, micros)] + ["100%"])
+  return rows
+
+
 def _markdown(header: list[str], rows: list[list[str]]) -> None:
   print("| " + " | ".join(header) + " |")
   print("|" + "---|" * len(header))
@@ -141,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--repeat", type=int, default=3)
   parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--stages", action="store_true",
+                      help="also profile the rollout gradient and charge its kernels to stages")
   args = parser.parse_args(argv)
   import jax  # pylint: disable=import-outside-toplevel
   if args.dtype == "float64":
@@ -157,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     _markdown(["one step", "HLO instructions", "fusions", "residual arrays",
                "residual floats / env"], step_table(m, d))
+    if args.stages:
+      print()
+      _markdown(["stage", "forward alone: kernels", "us", "gradient's forward: kernels", "us",
+                 "recomputed: kernels", "us", "backward: kernels", "us", "share of gradient"],
+                stage_table(m, d, args.steps, args.repeat))
   return 0
 
 
