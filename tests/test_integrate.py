@@ -267,3 +267,14 @@ def test_with_adaptive_integration_options():
   assert with_adaptive_integration(a, 0).opt.adaptive_substeps == 0
   with pytest.raises(ValueError, match="max_substeps"):
     with_adaptive_integration(m, -1)
+
+
+def test_backward_pass_keeps_the_solver_result():
+  """A step is rematerialised in reverse mode, but the solver's result is kept: the compiled
+  gradient of a contact rollout runs the solver's loops in the forward pass only."""
+  m = load_mjcf(examples.path("ball_wall"))
+  d = make_data(m)
+  final = lambda v: rollout(m, d.replace(qvel=v), nstep=2, fields=())[0].qpos[1]
+  hlo = jax.jit(jax.grad(final)).lower(d.qvel).compile().as_text()
+  loops = [line for line in hlo.splitlines() if " while(" in line and "/solve/" in line]
+  assert loops and not [line for line in loops if "rematted_computation" in line]

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import actuation, history, kinematics, math, passive, sensor
+from flexor import actuation, history, kinematics, math, passive, sensor, solver
 from flexor.crb import spd_solve
 from flexor.forward import forward
 from flexor.rne import rne
@@ -392,10 +392,14 @@ INTEGRATORS = {
 }
 
 
-def _loops_saveable(prim: jax.extend.core.Primitive, *_, **__) -> bool:
-  """``jax.checkpoint`` policy of a step: keep the results of its loops (the solver's iterations,
-  the convex collision searches, the active-row passes) for the backward pass."""
-  return prim is jax.lax.while_p
+def _loops_saveable(prim: jax.extend.core.Primitive, *args, **params) -> bool:
+  """``jax.checkpoint`` policy of a step: keep for the backward pass the results of the loops the
+  step runs at its top level, and the values named ``solver.LOOP_RESULT`` (the solvers' results,
+  found by loops inside conds, which this rule does not see)."""
+  return prim is jax.lax.while_p or _named_saveable(prim, *args, **params)
+
+
+_named_saveable = jax.checkpoint_policies.save_only_these_names(solver.LOOP_RESULT)
 
 
 def _step(m: Model, d: Data) -> Data:

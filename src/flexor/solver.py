@@ -36,12 +36,19 @@ import functools
 from typing import Callable, NamedTuple
 
 import jax
+from jax.ad_checkpoint import checkpoint_name
 import jax.numpy as jnp
 import numpy as np
 
 from flexor import math, noslip, solver_pgs
 from flexor.constraint import active_capacity, dof_trees, islands, rows_of, unless_overflow
 from flexor.types import ConstraintState, ConstraintType, Data, DisableBit, Model, SolverType
+
+# The name (``jax.ad_checkpoint.checkpoint_name``) of a solver's result, which a step's
+# rematerialisation (``integrate.step``) keeps for the backward pass: the loops that find it sit
+# inside conds (the active-row compaction), whose results a policy on loops does not see, and
+# the backward pass would run them again.
+LOOP_RESULT = "loop_result"
 
 
 class _Rows(NamedTuple):
@@ -477,7 +484,7 @@ def _optimum(config: _Config, problem: _Problem, start: jax.Array, tolerance: ja
   """The minimiser qacc (nv,) of ``problem``, found by Newton or CG from ``start``."""
   qacc = _on_active_rows(config, jax.lax.stop_gradient(problem), lambda rows, p: _minimise(
       config, rows, p, start, tolerance, ls_tolerance, scale))
-  return _implicit(config, problem, qacc)
+  return _implicit(config, problem, checkpoint_name(qacc, LOOP_RESULT))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -540,7 +547,7 @@ def _solve_dual(m: Model, d: Data, rows: _Rows, p: _Problem) -> Data:
   warm = None
   if not m.opt.disabled(DisableBit.WARMSTART):
     warm = _update(rows, p, p.J @ d.qacc_warmstart - p.aref).force
-  force = solver_pgs.solve_pgs(m, d, warm)
+  force = checkpoint_name(solver_pgs.solve_pgs(m, d, warm), LOOP_RESULT)
   qacc = jax.lax.stop_gradient(
       p.qacc_smooth + jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(p.M, lower=True),
                                                  p.J.T @ force))
