@@ -393,9 +393,9 @@ INTEGRATORS = {
 
 
 def _loops_saveable(prim: jax.extend.core.Primitive, *args, **params) -> bool:
-  """``jax.checkpoint`` policy of a step: keep for the backward pass the results of the loops the
-  step runs at its top level, and the values named ``solver.LOOP_RESULT`` (the solvers' results,
-  found by loops inside conds, which this rule does not see)."""
+  """``jax.checkpoint`` policy of a step: keep for the backward pass the results of its loops
+  (the collision searches, the active-row passes) and the values named ``solver.LOOP_RESULT``
+  (the solvers' results, from which the backward pass recomputes what the tangent needs)."""
   return prim is jax.lax.while_p or _named_saveable(prim, *args, **params)
 
 

@@ -45,9 +45,10 @@ from flexor.constraint import active_capacity, dof_trees, islands, rows_of, unle
 from flexor.types import ConstraintState, ConstraintType, Data, DisableBit, Model, SolverType
 
 # The name (``jax.ad_checkpoint.checkpoint_name``) of a solver's result, which a step's
-# rematerialisation (``integrate.step``) keeps for the backward pass: the loops that find it sit
-# inside conds (the active-row compaction), whose results a policy on loops does not see, and
-# the backward pass would run them again.
+# rematerialisation (``integrate.step``) keeps for the backward pass. The tangent needs values
+# computed from it (the Hessian's factor at the optimum, the forces), not the loops' own
+# results, so a policy that keeps only loops' results made the backward pass run the solver's
+# iterations again to recompute them.
 LOOP_RESULT = "loop_result"
 
 
