@@ -78,20 +78,27 @@ def _timed(fn: Callable, args: tuple, repeat: int) -> tuple[float, float]:
   return compile_s, bench_smooth.best(lambda: jax.block_until_ready(compiled(*args)), repeat)
 
 
-def rollout_table(m: Any, d: Any, steps: int, repeat: int) -> list[list[str]]:
-  """Rows (what, compile s, run ms, x forward) of the rollout and its gradients."""
+def _loss(m: Any, d: Any, steps: int, every: int | None = None) -> Callable[[Any], Any]:
+  """qvel -> sum of the final qpos of a ``steps``-step rollout of the batch d from qvel, with
+  ``checkpoint_every=every``."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import flexor  # pylint: disable=import-outside-toplevel
 
-  def loss(qvel, every):
+  def loss(qvel):
     run = lambda d: flexor.rollout(m, d, nstep=steps, fields=(), checkpoint_every=every)[0].qpos
     return jnp.sum(jax.vmap(run)(d.replace(qvel=qvel)))
+  return loss
+
+
+def rollout_table(m: Any, d: Any, steps: int, repeat: int) -> list[list[str]]:
+  """Rows (what, compile s, run ms, x forward) of the rollout and its gradients."""
+  import jax  # pylint: disable=import-outside-toplevel
 
   rows, forward = [], None
-  for what, fn in [("forward", lambda q: loss(q, None)),
-                   ("gradient", jax.grad(lambda q: loss(q, None))),
-                   ("gradient, checkpoint_every=1", jax.grad(lambda q: loss(q, 1)))]:
+  for what, fn in [("forward", _loss(m, d, steps)),
+                   ("gradient", jax.grad(_loss(m, d, steps))),
+                   ("gradient, checkpoint_every=1", jax.grad(_loss(m, d, steps, every=1)))]:
     compile_s, run_s = _timed(fn, (d.qvel,), repeat)
     forward = forward or run_s
     rows.append([what, f"{compile_s:.1f}", f"{1e3 * run_s:.2f}", f"{run_s / forward:.2f}"])
@@ -220,13 +227,8 @@ def stage_table(m: Any, d: Any, steps: int, repeat: int) -> list[list[str]]:
   gradient's forward loop, recomputed forward and backward operations; the stage's share of
   the gradient) from profiles of ``repeat`` runs of each program."""
   import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  import flexor  # pylint: disable=import-outside-toplevel
 
-  def loss(qvel):
-    run = lambda d: flexor.rollout(m, d, nstep=steps, fields=())[0].qpos
-    return jnp.sum(jax.vmap(run)(d.replace(qvel=qvel)))
-
+  loss = _loss(m, d, steps)
   alone = _profile(jax.jit(loss).lower(d.qvel).compile(), d.qvel, repeat)
   count, micros = _profile(jax.jit(jax.grad(loss)).lower(d.qvel).compile(), d.qvel, repeat)
   count.update({(s, "alone"): n for (s, _), n in alone[0].items()})
