@@ -171,3 +171,10 @@ def match_contacts(mj: mujoco.MjModel, d: flexor.Data, qs: np.ndarray, what: str
                                            np.abs(np.asarray(d.contact_pos[i, k]) - c.pos).max(),
                                            np.abs(ours_frame - c.frame).max())))
   return errors
+
+
+def cond_count(jaxpr: jax.extend.core.Jaxpr) -> int:
+  """The cond primitives in a jaxpr and its sub-jaxprs."""
+  return sum((e.primitive.name == "cond")
+             + sum(cond_count(p.jaxpr) for p in e.params.values() if hasattr(p, "jaxpr"))
+             for e in jaxpr.eqns)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import math
+from support import cond_count
 
 
 def test_frame_dot_is_the_contraction_it_replaces_under_jit_and_vmap():
@@ -42,3 +43,29 @@ def test_mat_vec_and_its_transpose_under_vmap():
                              rtol=1e-13)
   np.testing.assert_allclose(jax.vmap(math.mat_t_vec)(mat, vec),
                              np.einsum("nji,nj->ni", mat, vec), rtol=1e-13)
+
+
+def test_known_cond_traces_only_the_branch_taken_where_the_values_are_known():
+  """Known values (closed over) decide while tracing: no cond, and the other branch is never
+  traced; traced values (arguments, under jit, grad and vmap) keep a lax.cond with both."""
+  traced = []
+
+  def f(scale, x):
+    def big():
+      traced.append("big")
+      return x * scale[0]
+    return math.known_cond(lambda s: (s != 0).any(), (scale,), big, lambda: jnp.zeros_like(x))
+
+  x = jnp.arange(3.0)
+  for scale, expected in ((jnp.zeros(2), 0.0), (jnp.full(2, 2.0), 2.0)):
+    traced.clear()
+    closed = jax.make_jaxpr(lambda x: f(scale, x))(x)
+    assert cond_count(closed.jaxpr) == 0
+    assert traced == (["big"] if expected else [])
+    np.testing.assert_array_equal(jax.jit(lambda x: f(scale, x))(x), expected * x)
+    assert cond_count(jax.make_jaxpr(f)(scale, x).jaxpr) == 1
+    np.testing.assert_array_equal(jax.jit(f)(scale, x), expected * x)
+    grad = jax.grad(lambda s: jnp.sum(f(s, x)))(scale)
+    np.testing.assert_array_equal(grad, [3.0 if expected else 0.0, 0.0])
+  batched = jax.vmap(f, in_axes=(0, None))(jnp.array([[0.0, 0.0], [2.0, 2.0]]), x)
+  np.testing.assert_array_equal(batched, [[0.0] * 3, [0.0, 2.0, 4.0]])

@@ -452,13 +452,18 @@ def test_grad_finite_at_rest(name: str):
 def test_fluid_skipped_in_still_medium_under_grad_and_vmap():
   """The fluid model is a cond on density and viscosity: with both zero qfrc_fluid is zero; the
   gradient w.r.t. density matches central differences; vmap over Models with batched media
-  (where the cond runs both sides) equals each Model alone."""
+  (where the cond runs both sides) equals each Model alone. A Model known while tracing decides
+  then: a still medium's program holds no fluid code."""
   case, d0, _, _ = _objective("own:fluid")
   fm = case.fm
 
   def medium(density, viscosity):
     return fm.replace(opt=fm.opt.replace(density=jnp.asarray(density, fm.opt.density.dtype),
                                          viscosity=jnp.asarray(viscosity, fm.opt.density.dtype)))
+
+  still = medium(0.0, 0.0)
+  assert support.cond_count(jax.make_jaxpr(lambda d: P._stages(still, d))(d0).jaxpr) == 0
+  assert support.cond_count(jax.make_jaxpr(lambda m: P._stages(m, d0))(still).jaxpr) == 2  # forces, derivative
 
   qfrc = jax.jit(lambda m: P._stages(m, d0).qfrc_fluid)
   np.testing.assert_array_equal(qfrc(medium(0.0, 0.0)), 0.0)

@@ -16,6 +16,8 @@ tendon's other forces, to the bodies along its path (``tendon_cfrc_ext``, part o
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,6 +37,14 @@ def _tendon_armature(m: Model) -> jax.Array:
   return m.tendon_armature + passive.reflected(m, m.actuator_armature, "tendon")
 
 
+def _with_armature(m: Model, term: Callable[[], jax.Array], zero: Callable[[], jax.Array]
+                   ) -> jax.Array:
+  """``term()`` where some tendon has armature (its own or an actuator's), else ``zero()``;
+  decided while tracing where the Model is known then (``math.known_cond``)."""
+  return math.known_cond(lambda tendon, actuator: (tendon != 0).any() | (actuator != 0).any(),
+                         (m.tendon_armature, m.actuator_armature), term, zero)
+
+
 def _tendon_term(m: Model, d: Data) -> jax.Array:
   """Tendon armature term (nv, nv) of qM (mj_tendonArmature): sum over tendons of a J' J.
 
@@ -50,7 +60,7 @@ def _tendon_term(m: Model, d: Data) -> jax.Array:
     return full + jnp.where(np.eye(m.nv, dtype=bool), 0.0, full).T
 
   # skipped (as in tendon_bias) where no tendon has armature, the common case
-  return jax.lax.cond(jnp.any(armature != 0), term, lambda: jnp.zeros_like(d.qM))
+  return _with_armature(m, term, lambda: jnp.zeros_like(d.qM))
 
 
 def armature(m: Model, d: Data) -> jax.Array:
@@ -123,8 +133,8 @@ def tendon_bias(m: Model, d: Data) -> jax.Array:
   if not m.ntendon:
     return jnp.zeros(m.nv, dtype=d.qvel.dtype)
   armature = _tendon_armature(m)
-  return jax.lax.cond(jnp.any(armature != 0), lambda: (armature * tendon_jdot(m, d)) @ d.ten_J,
-                      lambda: jnp.zeros(m.nv, dtype=d.qvel.dtype))
+  return _with_armature(m, lambda: (armature * tendon_jdot(m, d)) @ d.ten_J,
+                        lambda: jnp.zeros(m.nv, dtype=d.qvel.dtype))
 
 
 def tendon_cfrc_ext(m: Model, d: Data) -> jax.Array:

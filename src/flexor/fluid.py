@@ -20,6 +20,8 @@ the model MuJoCo would use.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -197,20 +199,23 @@ def _ellipsoid(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
   return seg(force), seg(torque)
 
 
-def _in_medium(m: Model) -> jax.Array:
-  """() bool: whether the medium has density or viscosity, i.e. fluid forces can be non-zero."""
-  return (m.opt.density != 0) | (m.opt.viscosity != 0)
+def _in_medium(m: Model, moving: Callable[[], jax.Array], still: Callable[[], jax.Array]
+               ) -> jax.Array:
+  """``moving()`` where the medium has density or viscosity (fluid forces can be non-zero),
+  else ``still()``: decided while tracing where the Model is known then (``math.known_cond``),
+  else by ``lax.cond``, so that a still medium costs nothing forward or backward (under ``vmap``
+  over Models with batched densities the cond becomes a select and both sides run)."""
+  return math.known_cond(lambda density, viscosity: (density != 0) | (viscosity != 0),
+                         (m.opt.density, m.opt.viscosity), moving, still)
 
 
 def fluid(m: Model, d: Data) -> jax.Array:
   """Fluid forces qfrc_fluid (nv,), as mj_fluid: per body the ellipsoid or inertia-box model.
 
   Needs kinematics, com_pos and com_vel (cvel). Zero when density and viscosity are both zero:
-  MuJoCo then skips the fluid model, and so does this, by ``lax.cond`` rather than a select, so
-  that a still medium costs nothing forward or backward (under ``vmap`` over Models with
-  batched densities the cond becomes a select and both sides run).
+  MuJoCo then skips the fluid model, and so does this (``_in_medium``).
   """
-  return jax.lax.cond(_in_medium(m), lambda: _fluid(m, d), lambda: jnp.zeros(m.nv, d.qvel.dtype))
+  return _in_medium(m, lambda: _fluid(m, d), lambda: jnp.zeros(m.nv, d.qvel.dtype))
 
 
 def fluid_vel_deriv(m: Model, d: Data) -> jax.Array:
@@ -220,8 +225,8 @@ def fluid_vel_deriv(m: Model, d: Data) -> jax.Array:
   def forces(qvel: jax.Array) -> jax.Array:
     return _fluid(m, kinematics.com_vel(m, d.replace(qvel=qvel)))
 
-  return jax.lax.cond(_in_medium(m), lambda: jax.jacfwd(forces)(d.qvel),
-                      lambda: jnp.zeros((m.nv, m.nv), d.qvel.dtype))
+  return _in_medium(m, lambda: jax.jacfwd(forces)(d.qvel),
+                    lambda: jnp.zeros((m.nv, m.nv), d.qvel.dtype))
 
 
 def _fluid(m: Model, d: Data) -> jax.Array:

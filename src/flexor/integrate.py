@@ -409,13 +409,18 @@ def _step(m: Model, d: Data) -> Data:
   return integrator(m, forward(m, d))
 
 
-# Reverse mode recomputes a step from its input and the loops' saved results rather than storing
-# its hundreds of intermediate arrays: a rollout gradient's memory falls 35-80x, and on a CPU,
-# where a step's backward pass is bound by the number of kernels it runs, the smooth models'
-# gradients get faster, and the contact models' take -10% to +20% longer (benchmarks/README.md).
-# prevent_cse=False: within a scan, as in a rollout, XLA cannot merge the recomputation back into
-# the forward pass, and outside one, merging only forgoes the memory saving.
-_remat_step = jax.checkpoint(_step, policy=_loops_saveable, prevent_cse=False)
+def _remat_step(m: Model, d: Data) -> Data:
+  """``_step`` rematerialised in reverse mode: it recomputes a step from its input and the loops'
+  saved results rather than storing its hundreds of intermediate arrays. A rollout gradient's
+  memory falls 35-80x, and on a CPU, where a step's backward pass is bound by the number of
+  kernels it runs, the smooth models' gradients get faster, and the contact models' take -10%
+  to +20% longer (benchmarks/README.md).
+
+  The Model is closed over rather than passed in, so that where it is known while tracing it
+  stays known inside the checkpoint (``math.known_cond``). prevent_cse=False: within a scan, as
+  in a rollout, XLA cannot merge the recomputation back into the forward pass, and outside one,
+  merging only forgoes the memory saving."""
+  return jax.checkpoint(lambda d: _step(m, d), policy=_loops_saveable, prevent_cse=False)(d)
 
 
 def step(m: Model, d: Data) -> Data:

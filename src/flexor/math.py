@@ -8,8 +8,13 @@ Norms and divisions are guarded so both values and gradients stay finite at zero
 
 from __future__ import annotations
 
+from typing import Any, Callable, TypeVar
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+_T = TypeVar("_T")
 
 MINVAL = 1e-15  # mjMINVAL
 
@@ -219,4 +224,19 @@ def inert_com(inertia: jax.Array, rot: jax.Array, offset: jax.Array, mass: jax.A
       jnp.stack([full[..., 0, 0], full[..., 1, 1], full[..., 2, 2],
                  full[..., 0, 1], full[..., 0, 2], full[..., 1, 2]], axis=-1),
       m * d, m], axis=-1)
+
+
+def known_cond(pred: Callable[..., Any], values: tuple[Any, ...], true_fn: Callable[[], _T],
+               false_fn: Callable[[], _T]) -> _T:
+  """``lax.cond(pred(*values), true_fn, false_fn)``, decided while tracing where ``values``
+  (Model parameters) are known then: a Model closed over by ``jit``, ``scan`` or ``vmap``
+  rather than passed in as a traced argument. Only the branch taken is then traced,
+  differentiated and compiled: a model without fluid forces, gravity compensation or tendon
+  armature compiles no code for them, and a traced Model (batched parameters, or gradients with
+  respect to them) keeps both branches. ``pred`` sees numpy arrays in the first case, so it is
+  written with array operators and methods only."""
+  if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values)):
+    return jax.lax.cond(pred(*values), true_fn, false_fn)
+  known = jax.tree.map(np.asarray, values)
+  return true_fn() if bool(pred(*known)) else false_fn()
 

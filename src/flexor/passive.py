@@ -227,14 +227,15 @@ def tendon_forces(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
 def _gravcomp(m: Model, d: Data) -> jax.Array:
   """Gravity compensation (nv,): an upward force body_gravcomp * mass * |g| at each xipos.
 
-  Skipped by ``lax.cond`` where no body has gravcomp, as ``fluid.fluid`` skips a still medium.
+  Skipped where no body has gravcomp (``math.known_cond``), as ``fluid.fluid`` skips a still
+  medium.
   """
   def compensate() -> jax.Array:
     force = -m.opt.gravity[None, :] * (m.body_mass * m.body_gravcomp)[:, None]
     return kinematics.apply_ft(m, d, force, jnp.zeros_like(force), d.xipos)
 
-  return jax.lax.cond(jnp.any(m.body_gravcomp != 0), compensate,
-                      lambda: jnp.zeros(m.nv, d.qvel.dtype))
+  return math.known_cond(lambda gravcomp: (gravcomp != 0).any(), (m.body_gravcomp,), compensate,
+                         lambda: jnp.zeros(m.nv, d.qvel.dtype))
 
 
 def _adhesion(m: Model, d: Data) -> jax.Array:
