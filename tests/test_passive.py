@@ -463,7 +463,8 @@ def test_fluid_skipped_in_still_medium_under_grad_and_vmap():
 
   still = medium(0.0, 0.0)
   assert support.cond_count(jax.make_jaxpr(lambda d: P._stages(still, d))(d0).jaxpr) == 0
-  assert support.cond_count(jax.make_jaxpr(lambda m: P._stages(m, d0))(still).jaxpr) == 2  # forces, derivative
+  # passed in: the forces' cond and their derivative's
+  assert support.cond_count(jax.make_jaxpr(lambda m: P._stages(m, d0))(still).jaxpr) == 2
 
   qfrc = jax.jit(lambda m: P._stages(m, d0).qfrc_fluid)
   np.testing.assert_array_equal(qfrc(medium(0.0, 0.0)), 0.0)

@@ -52,8 +52,9 @@ def _local_transforms(m: Model, d: Data):
     axis_local, offset = m.jnt_axis[jnt], m.jnt_pos[jnt]
     angle = qpos[:, 0] - m.qpos0[adr]
 
-    jaxis = math.rot_vec_quat(axis_local, quat)
-    janchor = pos + math.rot_vec_quat(offset, quat)
+    rot = math.quat_to_mat(quat)
+    jaxis = math.mat_vec(rot, axis_local)
+    janchor = pos + math.mat_vec(rot, offset)
     hinge_rot = math.axis_angle_to_quat(axis_local, angle)
     ball_rot = math.quat_normalize(qpos[:, :4])
     rotated = math.quat_mul(quat, jnp.where(jtype == JointType.BALL, ball_rot, hinge_rot))
@@ -91,7 +92,9 @@ def _frames(m: Model, xpos: jax.Array, xquat: jax.Array, xmat: jax.Array):
   lpos = jnp.concatenate([m.body_ipos, m.geom_pos, m.site_pos])
   lquat = jnp.concatenate([m.body_iquat, m.geom_quat, m.site_quat])
   same = np.concatenate([m.body_sameframe, m.geom_sameframe, m.site_sameframe])[:, None]
-  pos, quat = _compose(xpos[bodyid], xquat[bodyid], lpos, lquat)
+  # xmat is xquat's matrix: rows of it rotate the offsets (rot_vec_quat's values, computed once)
+  pos = xpos[bodyid] + math.mat_vec(xmat[bodyid], lpos)
+  quat = math.quat_mul(xquat[bodyid], lquat)
   mat = math.quat_to_mat(quat)
   pos = jnp.where(same == SameFrame.BODY, xpos[bodyid], pos)
   mat = jnp.where(np.isin(same, (SameFrame.BODY, SameFrame.BODYROT))[..., None], xmat[bodyid], mat)
@@ -119,8 +122,8 @@ def kinematics(m: Model, d: Data) -> Data:
     # Joint frames were computed in the parent body's frame; free joints already in the world's.
     parent = m.body_parentid[m.jnt_bodyid]
     free = m.jnt_type == JointType.FREE
-    xanchor = jnp.where(free[:, None], lanchor, xpos[parent] + math.rot_vec_quat(lanchor, xquat[parent]))
-    xaxis = jnp.where(free[:, None], laxis, math.rot_vec_quat(laxis, xquat[parent]))
+    xanchor = jnp.where(free[:, None], lanchor, xpos[parent] + math.mat_vec(xmat[parent], lanchor))
+    xaxis = jnp.where(free[:, None], laxis, math.mat_vec(xmat[parent], laxis))
 
     (xipos, ximat), (geom_xpos, geom_xmat), (site_xpos, site_xmat) = _frames(m, xpos, xquat, xmat)
   return d.replace(xpos=xpos, xquat=xquat, xmat=xmat, xanchor=xanchor, xaxis=xaxis,
