@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import glob
 import os
@@ -173,8 +174,20 @@ def match_contacts(mj: mujoco.MjModel, d: flexor.Data, qs: np.ndarray, what: str
   return errors
 
 
+def primitives(jaxpr: jax.extend.core.Jaxpr) -> collections.Counter:
+  """How often each primitive occurs in a jaxpr and its sub-jaxprs (cond branches, loop and
+  checkpoint bodies)."""
+  count = collections.Counter()
+  for e in jaxpr.eqns:
+    count[e.primitive.name] += 1
+    for p in e.params.values():
+      for sub in p if isinstance(p, (tuple, list)) else (p,):
+        sub = getattr(sub, "jaxpr", sub)
+        if hasattr(sub, "eqns"):
+          count.update(primitives(sub))
+  return count
+
+
 def cond_count(jaxpr: jax.extend.core.Jaxpr) -> int:
   """The cond primitives in a jaxpr and its sub-jaxprs."""
-  return sum((e.primitive.name == "cond")
-             + sum(cond_count(p.jaxpr) for p in e.params.values() if hasattr(p, "jaxpr"))
-             for e in jaxpr.eqns)
+  return primitives(jaxpr)["cond"]

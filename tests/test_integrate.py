@@ -19,7 +19,7 @@ import smooth_support
 import support
 from flexor import examples, load_mjcf, load_mjcf_string, make_data, with_adaptive_integration
 from flexor.forward import forward
-from flexor.integrate import integrate_pos
+from flexor.integrate import integrate_pos, step
 from flexor.mjcf.from_mujoco import from_mujoco
 from flexor.rollout import rollout
 
@@ -278,3 +278,24 @@ def test_backward_pass_keeps_the_solver_result():
   hlo = jax.jit(jax.grad(final)).lower(d.qvel).compile().as_text()
   loops = [line for line in hlo.splitlines() if " while(" in line and "/solve/" in line]
   assert loops and not [line for line in loops if "rematted_computation" in line]
+
+
+def test_euler_without_dampers_solves_nothing_for_a_known_model():
+  """Euler's implicit damping: a Model known while tracing to have no damper compiles no
+  Cholesky; passed in, the solve sits in a cond that skips it at run time. Same state either
+  way; a damped copy compiles the solve and moves differently."""
+  m = load_mjcf_string("""<mujoco><worldbody><body><joint type="hinge" axis="0 1 0"/>
+    <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.05"/></body></worldbody></mujoco>""")
+  d = make_data(m).replace(qvel=make_data(m).qvel + 1.0)
+  choleskys = lambda f, *args: support.primitives(jax.make_jaxpr(f)(*args).jaxpr)["cholesky"]
+  in_forward = choleskys(lambda d: forward(m, d), d)  # qM's factor
+  assert choleskys(lambda d: step(m, d), d) == in_forward
+  assert choleskys(step, m, d) == in_forward + 1
+  assert support.cond_count(jax.make_jaxpr(step)(m, d).jaxpr) >= 1
+  known = jax.jit(lambda d: step(m, d))(d)
+  passed = jax.jit(step)(m, d)
+  for field in ("qpos", "qvel", "qacc"):
+    np.testing.assert_array_equal(getattr(known, field), getattr(passed, field))
+  damped = m.replace(dof_damping=m.dof_damping + 0.1)
+  assert choleskys(lambda d: step(damped, d), d) == in_forward + 1
+  assert not np.allclose(jax.jit(lambda d: step(damped, d))(d).qvel, known.qvel)

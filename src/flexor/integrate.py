@@ -128,16 +128,23 @@ def euler(m: Model, d: Data) -> Data:
   With dof damping (see ``passive.dof_damper_deriv``; unless the eulerdamp or damper flag is
   disabled) the damping is integrated implicitly: ``qacc = (qM + h diag(B))^-1 (qfrc_smooth +
   qfrc_constraint)`` with B the damper force's derivative (polynomial and actuator damping
-  included). Without it, ``qacc`` from ``forward`` is used as is.
+  included). Without it, ``qacc`` from ``forward`` is used as is; a Model known while tracing
+  to have no damper at all compiles no solve (``math.known_cond``).
   """
   with jax.named_scope("euler"):
     qacc = d.qacc
     if m.nv and not (m.opt.disabled(DisableBit.EULERDAMP) or m.opt.disabled(DisableBit.DAMPER)):
-      h = m.opt.timestep
-      deriv, any_damping = passive.dof_damper_deriv(m, d.qvel)
-      damped = spd_solve(d.qM + jnp.diag(h * deriv), d.qfrc_smooth + d.qfrc_constraint)
-      # The damping is traced, so MuJoCo's "any damping" test is a select; both branches are finite.
-      qacc = jnp.where(any_damping, damped, qacc)
+      def implicit() -> jax.Array:
+        deriv, any_damping = passive.dof_damper_deriv(m, d.qvel)
+        damped = spd_solve(d.qM + jnp.diag(m.opt.timestep * deriv),
+                           d.qfrc_smooth + d.qfrc_constraint)
+        # MuJoCo's "any damping" test on traced damping is a select; both branches are finite
+        return jnp.where(any_damping, damped, qacc)
+
+      # every damper a dof can have, its own or an actuator's (a superset of MuJoCo's test)
+      dampers = (m.dof_damping, m.dof_dampingpoly, m.actuator_damping, m.actuator_dampingpoly)
+      qacc = math.known_cond(lambda a, b, c, e: ((a != 0).any() | (b != 0).any() | (c != 0).any()
+                                                 | (e != 0).any()), dampers, implicit, lambda: qacc)
     return _advance(m, d, d.act_dot, qacc)
 
 
