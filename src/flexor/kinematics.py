@@ -92,7 +92,7 @@ def _frames(m: Model, xpos: jax.Array, xquat: jax.Array, xmat: jax.Array):
   lpos = jnp.concatenate([m.body_ipos, m.geom_pos, m.site_pos])
   lquat = jnp.concatenate([m.body_iquat, m.geom_quat, m.site_quat])
   same = np.concatenate([m.body_sameframe, m.geom_sameframe, m.site_sameframe])[:, None]
-  # xmat is xquat's matrix: rows of it rotate the offsets (rot_vec_quat's values, computed once)
+  # xmat[bodyid] is quat_to_mat(xquat[bodyid]): rot_vec_quat's values, without rebuilding it
   pos = xpos[bodyid] + math.mat_vec(xmat[bodyid], lpos)
   quat = math.quat_mul(xquat[bodyid], lquat)
   mat = math.quat_to_mat(quat)

@@ -231,12 +231,11 @@ def known_cond(pred: Callable[..., Any], values: tuple[Any, ...], true_fn: Calla
   """``lax.cond(pred(*values), true_fn, false_fn)``, decided while tracing where ``values``
   (Model parameters) are known then: a Model closed over by ``jit``, ``scan`` or ``vmap``
   rather than passed in as a traced argument. Only the branch taken is then traced,
-  differentiated and compiled: a model without fluid forces, gravity compensation or tendon
-  armature compiles no code for them, and a traced Model (batched parameters, or gradients with
-  respect to them) keeps both branches. ``pred`` sees numpy arrays in the first case, so it is
-  written with array operators and methods only."""
+  differentiated and compiled (a model in a still medium compiles no fluid forces), while a
+  traced Model (batched parameters, or gradients with respect to them) keeps both branches.
+  ``pred`` sees numpy arrays in the first case, so it is written with array operators and
+  methods only."""
   if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(values)):
     return jax.lax.cond(pred(*values), true_fn, false_fn)
   known = jax.tree.map(np.asarray, values)
   return true_fn() if bool(pred(*known)) else false_fn()
-
