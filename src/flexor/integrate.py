@@ -129,7 +129,7 @@ def euler(m: Model, d: Data) -> Data:
   disabled) the damping is integrated implicitly: ``qacc = (qM + h diag(B))^-1 (qfrc_smooth +
   qfrc_constraint)`` with B the damper force's derivative (polynomial and actuator damping
   included). Without it, ``qacc`` from ``forward`` is used as is; a Model known while tracing
-  to have no damper at all compiles no solve (``math.known_cond``).
+  to have no damper at all compiles no solve (``passive.if_dof_dampers``).
   """
   with jax.named_scope("euler"):
     qacc = d.qacc
@@ -141,10 +141,7 @@ def euler(m: Model, d: Data) -> Data:
         # MuJoCo's "any damping" test on traced damping is a select; both branches are finite
         return jnp.where(any_damping, damped, qacc)
 
-      # every damper a dof can have, its own or an actuator's (a superset of MuJoCo's test)
-      dampers = (m.dof_damping, m.dof_dampingpoly, m.actuator_damping, m.actuator_dampingpoly)
-      qacc = math.known_cond(lambda a, b, c, e: ((a != 0).any() | (b != 0).any() | (c != 0).any()
-                                                 | (e != 0).any()), dampers, implicit, lambda: qacc)
+      qacc = passive.if_dof_dampers(m, implicit, lambda: qacc)
     return _advance(m, d, d.act_dot, qacc)
 
 

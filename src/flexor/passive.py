@@ -34,6 +34,10 @@ modelled: flex elasticity, and MuJoCo 4.0's passive contact forces.
 
 from __future__ import annotations
 
+import functools
+import operator
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -180,6 +184,16 @@ def passive_vel_deriv(m: Model, d: Data) -> jax.Array:
     b = poly_deriv(*tendon_damping(m), d.ten_velocity)
     deriv = deriv - d.ten_J.T @ (b[:, None] * d.ten_J)
   return deriv
+
+
+def if_dof_dampers(m: Model, damped: Callable[[], jax.Array], undamped: Callable[[], jax.Array]
+                   ) -> jax.Array:
+  """``damped()`` where some dof may have a damper (its own linear or polynomial damping, or an
+  actuator's: a superset of ``dof_damper_deriv``'s flag), else ``undamped()``; decided while
+  tracing where the Model is known then (``math.known_cond``)."""
+  dampers = (m.dof_damping, m.dof_dampingpoly, m.actuator_damping, m.actuator_dampingpoly)
+  return math.known_cond(lambda *c: functools.reduce(operator.or_, [(x != 0).any() for x in c]),
+                         dampers, damped, undamped)
 
 
 def _dof_damper(m: Model, d: Data) -> jax.Array:
