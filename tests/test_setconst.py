@@ -207,3 +207,29 @@ def test_lengthrange_from_limits():
   out = setconst.set_const(fm.replace(actuator_lengthrange=fm.actuator_lengthrange.at[0].set(0.0)),
                            setconst.Pending(springdamper=np.zeros((fm.njnt, 2)), lengthrange=opt))
   np.testing.assert_allclose(out.actuator_lengthrange[0], np.deg2rad([-1.0, 1.0]), rtol=1e-15)
+
+
+ADHESION_XML = """
+<mujoco>
+  <worldbody>
+    <geom type="plane" size="1 1 0.1"/>
+    <body name="box" pos="0 0 0.09">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1"/>
+    </body>
+  </worldbody>
+  <actuator><adhesion body="box" gain="2" ctrlrange="0 1"/></actuator>
+</mujoco>
+"""
+
+
+def test_constants_see_no_contacts():
+  """MuJoCo's set0 runs no collision, so an adhesion actuator whose body touches the floor at
+  qpos0 has no moment there and its acc0 is 0 (flexor gave 0.125 when it collided at qpos0)."""
+  mj = mujoco.MjModel.from_xml_string(ADHESION_XML)
+  md = mujoco.MjData(mj)
+  mujoco.mj_forward(mj, md)
+  assert md.ncon == 4 and mj.actuator_acc0[0] == 0
+  m = flexor.load_mjcf_string(ADHESION_XML)
+  np.testing.assert_array_equal(m.actuator_acc0, mj.actuator_acc0)
+  np.testing.assert_array_equal(m.actuator_length0, mj.actuator_length0)

@@ -29,9 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import integrate, kinematics, math
-from flexor.crb import dof_armature, solve_m
-from flexor.forward import fwd_position
+from flexor import integrate, kinematics, math, transmission
+from flexor.crb import crb, dof_armature, factor_m, solve_m
+from flexor.tendon import tendon
 from flexor.types import (JNT_NV, BiasType, Data, DisableBit, GainType, IntegratorType, JointType,
                           Model, TrnType, make_data)
 
@@ -144,9 +144,19 @@ def _dampratio(m: Model, d, act: tuple[int, ...]) -> jax.Array:
   return bias.at[ids, 2].set(-kv)
 
 
+def _set0_position(m: Model, d: Data) -> Data:
+  """The position stages mj_setConst runs at qpos0: fwd_position without collision and
+  constraints, so the Data holds no contacts (MuJoCo's set0 sees ncon = 0, which is what an
+  adhesion actuator's moment there is made of) and a model's constants cost no narrow phase
+  (its tracing is most of a small model's load time)."""
+  d = kinematics.com_pos(m, kinematics.kinematics(m, d))
+  d = factor_m(m, crb(m, tendon(m, d)))
+  return transmission.transmission(m, d)
+
+
 def _spring_lengths(m: Model, d: Data) -> jax.Array:
   """tendon_lengthspring with unset (-1, -1) rows replaced by the length at qpos_spring."""
-  d = fwd_position(m, d.replace(qpos=m.qpos_spring))
+  d = tendon(m, kinematics.com_pos(m, kinematics.kinematics(m, d.replace(qpos=m.qpos_spring))))
   unset = jnp.all(m.tendon_lengthspring == -1, axis=-1, keepdims=True)
   return jnp.where(unset, d.ten_length[:, None], m.tendon_lengthspring)
 
@@ -163,7 +173,7 @@ def _constants(m: Model, reset: Data, dampratio: tuple[int, ...],
                springs: bool) -> dict[str, jax.Array]:
   """The Model fields computed at qpos0 (and, if ``springs``, the spring lengths); ``reset``
   is ``make_data(m)``."""
-  d = fwd_position(m, reset)
+  d = _set0_position(m, reset)
   dof_invweight0, tendon_invweight0 = _invweight(m, d)
   acc0 = (jnp.linalg.norm(solve_m(m, d, d.actuator_moment.T), axis=0) if m.nv
           else jnp.zeros(m.nout, dtype=d.qpos.dtype))
@@ -300,7 +310,7 @@ def _push(m: Model, out: jax.Array, side: jax.Array, *, opt: LengthRangeOptions,
   def body(carry, _):
     d, lo, hi, seen = carry
     d = d.replace(qvel=d.qvel * decay)
-    dp = fwd_position(m, d)
+    dp = _set0_position(m, d)
     moment = dp.actuator_moment[out]
     direction = solve_m(m, dp, moment)
     frc = moment * side * opt.accel / jnp.maximum(math.MINVAL, jnp.linalg.norm(direction))
