@@ -165,6 +165,61 @@ def test_mocap_bodies_follow_mocap_pose():
     assert support.relerr(getattr(fd, field), getattr(d, field)) <= TOL, field
 
 
+TANGENT_XML = """
+<mujoco>
+  <worldbody>
+    <body mocap="true" pos="0.2 0.1 0.5" quat="0.9 0.1 0.2 0.3">
+      <geom size="0.1"/>
+      <body pos="0 0.2 0"><joint axis="0 1 0" pos="0.1 0 0"/><geom size="0.1" pos="0.1 0 0"/></body>
+    </body>
+    <body pos="0 0 1" quat="0.8 0.2 -0.3 0.1">
+      <joint type="slide" axis="1 0.2 0" pos="0.1 0 0"/>
+      <joint axis="0 1 1" pos="0.3 0 0"/>
+      <joint type="ball" pos="0 0.1 0.2"/>
+      <geom type="capsule" size="0.05 0.2" pos="0.1 0.2 0" euler="10 20 30"/>
+      <site pos="0.1 0.1 0.3" euler="5 5 5"/>
+      <body pos="0.3 0 0.1" euler="10 0 40">
+        <joint axis="1 0 0" pos="0 0 0.1"/>
+        <joint type="slide" axis="0 0 1"/>
+        <joint type="ball"/>
+        <geom type="box" size="0.1 0.1 0.1" pos="0.2 0 0"/>
+        <inertial pos="0.1 0 0.05" mass="1" diaginertia="0.1 0.2 0.3" euler="4 5 6"/>
+      </body>
+    </body>
+    <body pos="2 0 1">
+      <freejoint/>
+      <geom type="box" size="0.1 0.2 0.3"/>
+      <body pos="0.4 0 0"><joint type="ball" pos="0.1 0 0"/><geom size="0.1"/></body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("jacobian", [jax.jacfwd, jax.jacrev])
+def test_position_tangents_are_the_compositions(jacobian):
+  """kinematics' tangent rule (rigid motions of the frames) gives the derivatives of the
+  composition it replaces, in forward and reverse mode: every joint type, several joints in
+  one body, a mocap body with a jointed child, quaternions off the unit sphere, and a Model
+  parameter differentiated together with the positions (that part goes through the
+  composition)."""
+  fm = flexor.load_mjcf_string(TANGENT_XML)
+  rng = np.random.default_rng(4)
+  d = make_data(fm)
+  args = (fm.body_pos, d.qpos + 0.3 * rng.normal(size=fm.nq),
+          d.mocap_pos + 0.1 * rng.normal(size=(1, 3)), d.mocap_quat + 0.2 * rng.normal(size=(1, 4)))
+
+  def frames(world, body_pos, *state):
+    return world(fm.replace(body_pos=body_pos), *state)
+
+  ours = jax.jit(jacobian(functools.partial(frames, K._world_frames), argnums=(0, 1, 2, 3)))(*args)
+  ref = jax.jit(jacobian(functools.partial(frames, lambda *a: K._world(*a)[0]),
+                         argnums=(0, 1, 2, 3)))(*args)
+  for field in ref:
+    for arg, (a, b) in enumerate(zip(ours[field], ref[field])):
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-13, err_msg=f"{field}, argument {arg}")
+
+
 CAMLIGHT_XML = """
 <mujoco>
   <worldbody>
