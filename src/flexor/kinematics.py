@@ -167,9 +167,8 @@ def _mover_twists(m: Model, qpos: jax.Array, mocap_quat: jax.Array, frames: dict
   joint (or mocap body) moves its body's origin and turns the body about it.
   """
   jtype, adr = m.jnt_type, m.jnt_qposadr
-  groups = [np.flatnonzero(jtype == t) for t in JointType]
-  hinge, slide, ball, free = (groups[t] for t in (JointType.HINGE, JointType.SLIDE,
-                                                   JointType.BALL, JointType.FREE))
+  hinge, slide, ball, free = (np.flatnonzero(jtype == t) for t in (
+      JointType.HINGE, JointType.SLIDE, JointType.BALL, JointType.FREE))
   quat = lambda j, at: np.asarray(adr[j] + at)[:, None] + np.arange(4)
   still = lambda j: jnp.zeros((len(j), 3), dtype=qpos.dtype)
   axis = frames["xaxis"]
@@ -200,11 +199,10 @@ def _mover_masks(m: Model) -> tuple[np.ndarray, np.ndarray]:
       np.argsort(m.body_mocapid[m.body_mocapid >= 0])]]).astype(int)
   body = m.body_subtree.T[:, mover_body]
   jnt = body[m.jnt_bodyid] & ~(m.jnt_bodyid[:, None] == mover_body[None, :])
-  nmover = len(mover_body)
   earlier = (m.jnt_bodyid[:, None] == mover_body[None, :m.njnt]) & (
       np.arange(m.njnt)[None, :] < np.arange(m.njnt)[:, None])
   jnt[:, :m.njnt] |= earlier
-  return body.reshape(m.nbody, nmover), jnt.reshape(m.njnt, nmover)
+  return body, jnt
 
 
 def _moved(twist: jax.Array, point: jax.Array, ref: jax.Array) -> jax.Array:
