@@ -84,10 +84,10 @@ def crb(m: Model, d: Data) -> Data:
     dof_force = math.inert_mul(composite[m.dof_bodyid], d.cdof)
     # full[i, j] = cdof[j] . dof_force[i]; meaningful where j is an ancestor (or self) of i.
     full = dof_force @ d.cdof.T
-    strict = jnp.asarray(m.dof_ancestor & ~np.eye(m.nv, dtype=bool), dtype=full.dtype)
-    lower = full * strict
-    diag = jnp.sum(dof_force * d.cdof, axis=-1) + dof_armature(m)
-    qM = lower + lower.T + jnp.diag(diag)
+    # the lower triangle with the diagonal, and the strict lower triangle mirrored: qM is
+    # exactly symmetric, and both are masks of one product (no separate diagonal reduction)
+    strict = m.dof_ancestor & ~np.eye(m.nv, dtype=bool)
+    qM = full * m.dof_ancestor + (full * strict).T + jnp.diag(dof_armature(m))
     if m.ntendon:
       qM = qM + _tendon_term(m, d)
   return d.replace(crb=composite, qM=qM)
@@ -183,7 +183,7 @@ def factor_m(m: Model, d: Data) -> Data:
   """Computes qLD (nv, nv), the lower Cholesky factor of qM (mj_factorM)."""
   del m  # the factor depends on qM only
   with jax.named_scope("factor_m"):
-    qLD = jnp.linalg.cholesky(d.qM) if d.qM.shape[-1] else d.qM
+    qLD = _cholesky(d.qM) if d.qM.shape[-1] else d.qM
   return d.replace(qLD=qLD)
 
 
@@ -203,8 +203,17 @@ def spd_solve(a: jax.Array, b: jax.Array, factor: jax.Array | None = None) -> ja
   neither mode differentiates the factorisation (a factor passed in gets no derivative).
   """
   if factor is None:  # its tangent would be discarded: do not compute it
-    factor = jnp.linalg.cholesky(jax.lax.stop_gradient(a))
+    factor = _cholesky(jax.lax.stop_gradient(a))
   return _factored_solve(a, factor, b)
+
+
+def _cholesky(a: jax.Array) -> jax.Array:
+  """The lower Cholesky factor of a symmetric positive definite a (n, n).
+
+  Reads a's lower triangle only: every matrix factored here is symmetric by construction, and
+  jnp's default averaging of a and a' (a transposing copy of a batch of matrices) cost as much
+  as the factorisation itself on a CPU."""
+  return jnp.linalg.cholesky(a, symmetrize_input=False)
 
 
 @jax.custom_jvp
