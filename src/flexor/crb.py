@@ -55,12 +55,16 @@ def _tendon_term(m: Model, d: Data) -> jax.Array:
   armature = _tendon_armature(m)
 
   def term() -> jax.Array:
-    full = jnp.where(m.dof_ancestor, (armature[:, None] * d.ten_J).T @ d.ten_J, 0.0)
-    # The lower triangle, mirrored, so that qM stays exactly symmetric.
-    return full + jnp.where(np.eye(m.nv, dtype=bool), 0.0, full).T
+    return _mirrored_lower(m, (armature[:, None] * d.ten_J).T @ d.ten_J)
 
   # skipped (as in tendon_bias) where no tendon has armature, the common case
   return _with_armature(m, term, lambda: jnp.zeros_like(d.qM))
+
+
+def _mirrored_lower(m: Model, full: jax.Array) -> jax.Array:
+  """The entries (nv, nv) of ``full`` within qM's lower triangle (a dof and its ancestors),
+  diagonal included, with the strict lower triangle mirrored above it: exactly symmetric."""
+  return full * m.dof_ancestor + (full * (m.dof_ancestor & ~np.eye(m.nv, dtype=bool))).T
 
 
 def armature(m: Model, d: Data) -> jax.Array:
@@ -84,10 +88,8 @@ def crb(m: Model, d: Data) -> Data:
     dof_force = math.inert_mul(composite[m.dof_bodyid], d.cdof)
     # full[i, j] = cdof[j] . dof_force[i]; meaningful where j is an ancestor (or self) of i.
     full = dof_force @ d.cdof.T
-    # the lower triangle with the diagonal, and the strict lower triangle mirrored: qM is
-    # exactly symmetric, and both are masks of one product (no separate diagonal reduction)
-    strict = m.dof_ancestor & ~np.eye(m.nv, dtype=bool)
-    qM = full * m.dof_ancestor + (full * strict).T + jnp.diag(dof_armature(m))
+    # the diagonal is part of the product too: no separate reduction
+    qM = _mirrored_lower(m, full) + jnp.diag(dof_armature(m))
     if m.ntendon:
       qM = qM + _tendon_term(m, d)
   return d.replace(crb=composite, qM=qM)

@@ -146,9 +146,9 @@ def _dampratio(m: Model, d, act: tuple[int, ...]) -> jax.Array:
 
 def _set0_position(m: Model, d: Data) -> Data:
   """The position stages mj_setConst runs at qpos0 (and the lengthrange simulation reads):
-  fwd_position without collision and constraints, so the Data holds no contacts (MuJoCo's set0 sees ncon = 0, which is what an
-  adhesion actuator's moment there is made of) and a model's constants cost no narrow phase
-  (its tracing is most of a small model's load time)."""
+  fwd_position without collision and constraints, so the Data holds no contacts (MuJoCo's set0
+  sees ncon = 0, which is what an adhesion actuator's moment there is made of) and a model's
+  constants cost no narrow phase (its tracing is most of a small model's load time)."""
   d = kinematics.com_pos(m, kinematics.kinematics(m, d))
   d = factor_m(m, crb(m, tendon(m, d)))
   return transmission.transmission(m, d)
