@@ -11,6 +11,7 @@ import functools
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
@@ -299,3 +300,19 @@ def test_euler_without_dampers_solves_nothing_for_a_known_model():
   damped = m.replace(dof_damping=m.dof_damping + 0.1)
   assert choleskys(lambda d: step(damped, d), d) == in_forward + 1
   assert not np.allclose(jax.jit(lambda d: step(damped, d))(d).qvel, known.qvel)
+
+
+def test_euler_damped_backward_pass_factors_only_its_own_matrix():
+  """With implicit damping Euler's step does not use forward's qacc: for a Model known while
+  tracing, the step's gradient recomputes Euler's factorisation but not qM's."""
+  m = load_mjcf_string("""<mujoco><worldbody><body><joint type="hinge" axis="0 1 0" damping=".1"/>
+    <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.05"/></body></worldbody></mujoco>""")
+  d = make_data(m).replace(qvel=make_data(m).qvel + 1.0)
+
+  def final(qpos, qvel):
+    out = step(m, d.replace(qpos=qpos, qvel=qvel))
+    return jnp.sum(out.qpos) + jnp.sum(out.qvel)
+
+  choleskys = lambda f, *args: support.primitives(jax.make_jaxpr(f)(*args).jaxpr)["cholesky"]
+  assert choleskys(lambda d: step(m, d), d) == 2  # qM's and Euler's
+  assert choleskys(jax.grad(final, (0, 1)), d.qpos, d.qvel) == 3

@@ -138,8 +138,9 @@ def euler(m: Model, d: Data) -> Data:
         deriv, any_damping = passive.dof_damper_deriv(m, d.qvel)
         damped = spd_solve(d.qM + jnp.diag(m.opt.timestep * deriv),
                            d.qfrc_smooth + d.qfrc_constraint)
-        # MuJoCo's "any damping" test on traced damping is a select; both branches are finite
-        return jnp.where(any_damping, damped, qacc)
+        # MuJoCo's "any damping" test; on traced damping a select, both of whose values are
+        # finite. Where it is known, forward's qacc and its gradient path leave the program.
+        return math.known_where(any_damping, damped, qacc)
 
       qacc = passive.if_dof_dampers(m, implicit, lambda: qacc)
     return _advance(m, d, d.act_dot, qacc)

@@ -239,3 +239,14 @@ def known_cond(pred: Callable[..., Any], values: tuple[Any, ...], true_fn: Calla
     return jax.lax.cond(pred(*values), true_fn, false_fn)
   known = jax.tree.map(np.asarray, values)
   return true_fn() if bool(pred(*known)) else false_fn()
+
+
+def known_where(pred: jax.Array, x: _T, y: _T) -> _T:
+  """``jnp.where(pred, x, y)`` for a scalar ``pred``, or ``x`` or ``y`` itself where ``pred`` is
+  known while tracing (computed from a known Model, see ``known_cond``, under
+  ``jax.ensure_compile_time_eval``). The value not taken then leaves the program, and with it
+  its gradient path: a select's backward pass would send it a cotangent of zeros that the
+  compiler cannot see through a factorisation or a solve."""
+  if isinstance(pred, jax.core.Tracer):
+    return jnp.where(pred, x, y)
+  return x if bool(pred) else y

@@ -162,10 +162,11 @@ def dof_damper_deriv(m: Model, qvel: jax.Array) -> tuple[jax.Array, jax.Array]:
   qM times the time step. The flag () is MuJoCo's test: positive damping, a non-zero polynomial
   coefficient, or damping reflected from an actuator.
   """
-  damping, poly = dof_damping(m)
-  deriv = poly_deriv(damping, poly, qvel)
-  damped = jnp.any(m.dof_damping > 0) | jnp.any(poly != 0) | jnp.any(damping != m.dof_damping)
-  return deriv, damped
+  # A Model known while tracing gives a known flag (``math.known_where``).
+  with jax.ensure_compile_time_eval():
+    damping, poly = dof_damping(m)
+    damped = jnp.any(m.dof_damping > 0) | jnp.any(poly != 0) | jnp.any(damping != m.dof_damping)
+  return poly_deriv(damping, poly, qvel), damped
 
 
 def passive_vel_deriv(m: Model, d: Data) -> jax.Array:
