@@ -65,19 +65,25 @@ def _local_transforms(m: Model, qpos: jax.Array, mocap_pos: jax.Array, mocap_qua
     rot = math.quat_to_mat(quat)
     jaxis = math.mat_vec(rot, axis_local)
     janchor = pos + math.mat_vec(rot, offset)
-    hinge_rot = math.axis_angle_to_quat(axis_local, angle)
-    ball_rot = math.quat_normalize(q[:, :4])
-    rotated = math.quat_mul(quat, jnp.where(jtype == JointType.BALL, ball_rot, hinge_rot))
-    rotates = (jtype == JointType.HINGE) | (jtype == JointType.BALL)
-    free = jtype == JointType.FREE
-
-    new_quat = jnp.where(rotates, rotated, quat)
-    new_quat = jnp.where(free, math.quat_normalize(q[:, 3:7]), new_quat)
-    new_pos = jnp.where(rotates, janchor - math.rot_vec_quat(offset, new_quat), pos)
-    new_pos = jnp.where(jtype == JointType.SLIDE, pos + jaxis * angle[:, None], new_pos)
-    new_pos = jnp.where(free, q[:, :3], new_pos)
-    anchors.append(jnp.where(free, q[:, :3], janchor))
-    axes.append(jnp.where(free, axis_local, jaxis))
+    ball, slide, free = (jtype == t for t in (JointType.BALL, JointType.SLIDE, JointType.FREE))
+    rotates = (jtype == JointType.HINGE) | ball
+    # Static selects: the formulas of joint types absent from the slot leave the program.
+    where = math.static_where
+    new_quat, new_pos = quat, pos
+    if rotates.any():
+      hinge_rot = math.axis_angle_to_quat(axis_local, angle) if (rotates & ~ball).any() else None
+      ball_rot = math.quat_normalize(q[:, :4]) if ball.any() else None
+      rotated = math.quat_mul(quat, hinge_rot if ball_rot is None else ball_rot
+                              if hinge_rot is None else jnp.where(ball, ball_rot, hinge_rot))
+      new_quat = where(rotates, rotated, quat)
+      new_pos = where(rotates, janchor - math.rot_vec_quat(offset, new_quat), pos)
+    if slide.any():
+      new_pos = where(slide, pos + jaxis * angle[:, None], new_pos)
+    if free.any():
+      new_quat = where(free, math.quat_normalize(q[:, 3:7]), new_quat)
+      new_pos = where(free, q[:, :3], new_pos)
+    anchors.append(where(free, q[:, :3], janchor))
+    axes.append(where(free, axis_local, jaxis))
     befores.append(quat)
     pos, quat = new_pos, new_quat
 
@@ -325,14 +331,14 @@ def com_pos(m: Model, d: Data) -> Data:
     cinert = cinert.at[0].set(0.0)
 
     source, column, rotational = _dof_axes(m)
-    eye = jnp.eye(3, dtype=mass.dtype)
-    axis = jnp.where(
-        (source == 0)[:, None], d.xaxis[m.dof_jntid],
-        jnp.where((source == 1)[:, None], d.xmat[m.dof_bodyid, :, column], eye[column]))
+    eye = np.eye(3, dtype=mass.dtype)
+    where = math.static_where
+    axis = where((source == 0)[:, None], d.xaxis[m.dof_jntid],
+                 where((source == 1)[:, None], d.xmat[m.dof_bodyid, :, column], eye[column]))
     offset = root_com[m.dof_bodyid] - d.xanchor[m.dof_jntid]
     rot = rotational[:, None]
-    cdof = jnp.concatenate([jnp.where(rot, axis, 0.0),
-                            jnp.where(rot, math.cross(axis, offset), axis)], axis=-1)
+    cdof = jnp.concatenate([where(rot, axis, 0.0), where(rot, math.cross(axis, offset), axis)],
+                           axis=-1)
   return d.replace(subtree_com=subtree_com, cinert=cinert, cdof=cdof)
 
 
