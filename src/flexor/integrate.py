@@ -399,12 +399,15 @@ INTEGRATORS = {
 
 def _loops_saveable(prim: jax.extend.core.Primitive, *args, **params) -> bool:
   """``jax.checkpoint`` policy of a step: keep for the backward pass the results of its loops
-  (the collision searches, the active-row passes) and the values named ``solver.LOOP_RESULT``
-  (the solvers' results, from which the backward pass recomputes what the tangent needs)."""
+  (the collision searches, the active-row passes), the values named ``solver.LOOP_RESULT``
+  (the solvers' results, from which the backward pass recomputes what the tangent needs) and
+  those named ``kinematics.FRAMES`` (the world frames, all that the position tangents need from
+  forward kinematics, whose recomputation was a smooth model's most kernels)."""
   return prim is jax.lax.while_p or _named_saveable(prim, *args, **params)
 
 
-_named_saveable = jax.checkpoint_policies.save_only_these_names(solver.LOOP_RESULT)
+_named_saveable = jax.checkpoint_policies.save_only_these_names(solver.LOOP_RESULT,
+                                                                kinematics.FRAMES)
 
 
 def _step(m: Model, d: Data) -> Data:
@@ -415,11 +418,11 @@ def _step(m: Model, d: Data) -> Data:
 
 
 def _remat_step(m: Model, d: Data) -> Data:
-  """``_step`` rematerialised in reverse mode: it recomputes a step from its input and the loops'
-  saved results rather than storing its hundreds of intermediate arrays. A rollout gradient's
-  memory falls 35-80x, and on a CPU, where a step's backward pass is bound by the number of
-  kernels it runs, the smooth models' gradients get faster, and the contact models' take -10%
-  to +20% longer (benchmarks/README.md).
+  """``_step`` rematerialised in reverse mode: it recomputes a step from its input and the
+  values its policy keeps (``_loops_saveable``) rather than storing its hundreds of intermediate
+  arrays. A rollout gradient's memory falls 13-46x, and on a CPU, where a step's backward pass
+  is bound by the number of kernels it runs, the smooth models' gradients get faster, and the
+  contact models' take -10% to +20% longer (benchmarks/README.md).
 
   The Model is closed over rather than passed in, so that where it is known while tracing it
   stays known inside the checkpoint (``math.known_cond``). prevent_cse=False: within a scan, as

@@ -20,10 +20,17 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 
 from flexor import math, tree
 from flexor.types import CamLight, Data, JointType, Model, SameFrame
+
+
+# The name (``jax.ad_checkpoint.checkpoint_name``) of the world frames and pre-joint frames
+# that a step's rematerialisation (``integrate.step``) keeps for the backward pass: the position
+# tangents (``_world_frames_jvp``) need nothing else from the composition.
+FRAMES = "kinematics_frames"
 
 
 def _compose(pos_a: jax.Array, quat_a: jax.Array, pos_b: jax.Array, quat_b: jax.Array):
@@ -278,7 +285,7 @@ def _world_frames_jvp(primals, tangents):
   the composition."""
   m, qpos, mocap_pos, mocap_quat = primals
   dm, dqpos, dmocap_pos, dmocap_quat = tangents
-  frames, before = _world(m, qpos, mocap_pos, mocap_quat)
+  frames, before = checkpoint_name(_world(m, qpos, mocap_pos, mocap_quat), FRAMES)
   out = {k: jnp.zeros_like(v) for k, v in frames.items()}
   if not all(_is_zero(t) for t in (dqpos, dmocap_pos, dmocap_quat)):
     dqpos, dmocap_pos, dmocap_quat = _zeros((dqpos, dmocap_pos, dmocap_quat))
