@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import math
-from support import cond_count
+from support import cond_count, primitives
 
 
 def test_frame_dot_is_the_contraction_it_replaces_under_jit_and_vmap():
@@ -69,3 +69,24 @@ def test_known_cond_traces_only_the_branch_taken_where_the_values_are_known():
     np.testing.assert_array_equal(grad, [3.0 if expected else 0.0, 0.0])
   batched = jax.vmap(f, in_axes=(0, None))(jnp.array([[0.0, 0.0], [2.0, 2.0]]), x)
   np.testing.assert_array_equal(batched, [[0.0] * 3, [0.0, 2.0, 4.0]])
+
+
+def test_known_and_static_where_select_while_tracing_where_they_can():
+  """known_where and static_where equal jnp.where; a known predicate or a uniform static mask
+  leaves no select in the program, and the result has jnp.where's shape and dtype."""
+  x, y = jnp.arange(3.0, dtype=jnp.float32), jnp.float32(-1.0)
+  selects = lambda f: primitives(jax.make_jaxpr(f)(x))["select_n"]
+  for pred in (True, False):
+    with jax.ensure_compile_time_eval():
+      flag = jnp.asarray(pred)
+    assert selects(lambda x: math.known_where(flag, x, y)) == 0
+    np.testing.assert_array_equal(jax.jit(lambda x: math.known_where(flag, x, y))(x),
+                                  jnp.where(pred, x, y))
+  assert jax.jit(lambda p, x: math.known_where(p, x, y))(False, x).tolist() == [-1.0] * 3
+  for mask in (np.ones((2, 3), bool), np.zeros((2, 3), bool), np.array([[True], [False]])):
+    got = math.static_where(mask, x, 0.0)
+    expected = jnp.where(mask, x, 0.0)
+    assert (got.shape, got.dtype) == (expected.shape, expected.dtype)
+    np.testing.assert_array_equal(got, expected)
+    assert selects(lambda x: math.static_where(mask, x, 0.0)) == (0 if mask.all() == mask.any()
+                                                                   else 1)

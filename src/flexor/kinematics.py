@@ -78,10 +78,14 @@ def _local_transforms(m: Model, qpos: jax.Array, mocap_pos: jax.Array, mocap_qua
     where = math.static_where
     new_quat, new_pos = quat, pos
     if rotates.any():
-      hinge_rot = math.axis_angle_to_quat(axis_local, angle) if (rotates & ~ball).any() else None
-      ball_rot = math.quat_normalize(q[:, :4]) if ball.any() else None
-      rotated = math.quat_mul(quat, hinge_rot if ball_rot is None else ball_rot
-                              if hinge_rot is None else jnp.where(ball, ball_rot, hinge_rot))
+      if not ball.any():
+        local = math.axis_angle_to_quat(axis_local, angle)
+      elif not (rotates & ~ball).any():
+        local = math.quat_normalize(q[:, :4])
+      else:
+        local = jnp.where(ball, math.quat_normalize(q[:, :4]),
+                          math.axis_angle_to_quat(axis_local, angle))
+      rotated = math.quat_mul(quat, local)
       new_quat = where(rotates, rotated, quat)
       new_pos = where(rotates, janchor - math.rot_vec_quat(offset, new_quat), pos)
     if slide.any():

@@ -256,8 +256,7 @@ def static_where(mask: np.ndarray, x: jax.Array, y: jax.Array) -> jax.Array:
   """``jnp.where(mask, x, y)`` for a static (numpy) mask; ``x`` or ``y`` itself where the mask
   is uniform, so that the other, unused, leaves the program. Inside a differentiated scan JAX
   hoists the mask out of the loop body, where the compiler could otherwise fold the select."""
-  if mask.all():
-    return jnp.broadcast_to(x, jnp.broadcast_shapes(mask.shape, jnp.shape(x), jnp.shape(y)))
-  if not mask.any():
-    return jnp.broadcast_to(y, jnp.broadcast_shapes(mask.shape, jnp.shape(x), jnp.shape(y)))
-  return jnp.where(mask, x, y)
+  if mask.any() and not mask.all():
+    return jnp.where(mask, x, y)
+  shape = jnp.broadcast_shapes(mask.shape, jnp.shape(x), jnp.shape(y))
+  return jnp.broadcast_to(jnp.asarray(x if mask.all() else y, jnp.result_type(x, y)), shape)
