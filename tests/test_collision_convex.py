@@ -2,7 +2,8 @@
 out) against MuJoCo 4.0's mjc_Convex: contacts of sphere, capsule, ellipsoid, cylinder, box and
 mesh geoms with an ellipsoid, of spheres and ellipsoids with a mesh, and (where the model
 disables multiccd) of the pairs of capsules, cylinders, boxes and meshes MuJoCo otherwise gives
-several contacts, at random poses of two free bodies, in float64."""
+several contacts (tests/test_collision_multi.py), at random poses of two free bodies, in
+float64."""
 
 from __future__ import annotations
 
@@ -127,17 +128,6 @@ def test_every_pair_without_multiccd_matches_mujoco(pair, margin):
   a, b = pair.split("-")
   assert _compare(a, b, 60, margin=margin, seed=1, flag=_SINGLE, dist_tol=1e-6,
                   exact_share=0.8) >= 20
-
-
-@pytest.mark.parametrize("pair", ["cylinder-box", "mesh-mesh"])
-def test_pairs_with_several_contacts_are_left_out_under_multiccd(pair):
-  """MuJoCo 4.0's multi-contact search (multiccd, on by default) gives these pairs up to four
-  contacts; flexor has only the first, and leaves the pair out with a warning that says why."""
-  with pytest.warns(UserWarning, match="multiccd='disable'"):
-    assert flexor.load_mjcf_string(_xml(*pair.split("-"))).ncollision == 0
-  with warnings.catch_warnings():
-    warnings.simplefilter("error")
-    assert flexor.load_mjcf_string(_xml(*pair.split("-"), flag=_SINGLE)).ncollision == 1
 
 
 def test_gradient_of_depth_matches_finite_differences():

@@ -69,7 +69,7 @@ def _mujoco_collided(m: mujoco.MjModel) -> tuple[list[tuple[int, int]], mujoco.M
   mujoco.mj_forward(m, d)
   assert d.warning[mujoco.mjtWarning.mjWARN_CONTACTFULL].number == 0
   supported = [tuple(g) for g in d.contact.geom[:d.ncon]
-               if tuple(sorted(m.geom_type[g])) in contact_pairs.SUPPORTED]
+               if tuple(sorted(m.geom_type[g])) in contact_pairs.SUPPORTED | contact_pairs.MULTI]
   return _distinct(supported), d
 
 
@@ -85,7 +85,8 @@ def _check(ours, m: mujoco.MjModel) -> None:
   # the candidates' types: geom1 of the lower type, a pair flexor supports
   types = m.geom_type[np.array(geom, dtype=np.int64).reshape(-1, 2)]
   assert np.all(types[:, 0] <= types[:, 1])
-  assert all(tuple(t) in contact_pairs.SUPPORTED for t in types.tolist())
+  collided_types = contact_pairs.SUPPORTED | contact_pairs.MULTI
+  assert all(tuple(t) in collided_types for t in types.tolist())
   # explicit pairs keep their geoms; the rest are found by the filters
   for (g1, g2), k in zip(geom, pairid.tolist()):
     if k >= 0:
@@ -256,12 +257,15 @@ def test_excludes_and_pairs_sorted_by_signature():
   assert np.all(np.diff(np.asarray(ours.pair_signature)) >= 0)
 
 
-_UNSUPPORTED = """
+_MULTI_PAIRS = """
 <mujoco>
-  <asset><mesh name="tet" vertex="0 0 0  0.1 0 0  0 0.1 0  0 0 0.1"/></asset>
+  <asset><mesh name="tet" vertex="0 0 0  0.1 0 0  0 0.1 0  0 0 0.1"/>
+         <hfield name="terrain" nrow="3" ncol="3" size="1 1 0.1 0.1"
+                 elevation="0 0 0 0 1 0 0 0 0"/></asset>
   <worldbody>
     <geom name="floor" type="plane" size="5 5 0.1"/>
-    <body name="a"><freejoint/><geom type="box" size="0.1 0.1 0.1"/></body>
+    <geom name="ground" type="hfield" hfield="terrain" contype="4" conaffinity="4"/>
+    <body name="a"><freejoint/><geom type="box" size="0.1 0.1 0.1" contype="5"/></body>
     <body name="b"><freejoint/><geom type="mesh" mesh="tet"/>
       <geom type="capsule" size="0.05 0.1" contype="2" conaffinity="2"/></body>
     <body name="c"><freejoint/><geom type="cylinder" size="0.1 0.1"/>
@@ -274,27 +278,26 @@ _UNSUPPORTED = """
 def test_unsupported_pairs_warn_once():
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    compile_model(parse.load(_UNSUPPORTED.encode(), None))
+    compile_model(parse.load(_MULTI_PAIRS.encode(), None))
   ours = [w for w in caught if "are left out" in str(w.message)]
   assert len(ours) == 1
-  # a-b box-mesh, a-c box-cylinder, b-c mesh-cylinder (MuJoCo gives them several contacts);
-  # capsule-ellipsoid (b-c, contype 2) and every pair with the floor are supported
+  # the box on the height field; a-b box-mesh, a-c box-cylinder, b-c mesh-cylinder (MuJoCo's
+  # multi-contact search), capsule-ellipsoid (b-c, contype 2) and the floor's pairs are collided
   message = str(ours[0].message)
-  assert message.startswith("3 geom pair(s)"), message
-  assert "multi-contact search for cylinder-box, cylinder-mesh, box-mesh" in message, message
-  assert "ellipsoid" not in message and "plane" not in message
+  assert message.startswith("1 geom pair(s)"), message
+  assert "does not support hfield-box" in message, message
 
 
-def test_multi_contact_pairs_collide_once_without_multiccd():
-  xml = _UNSUPPORTED.replace("<worldbody>", "<option><flag multiccd='disable'/></option>"
-                             "<worldbody>")
-  with warnings.catch_warnings():
-    warnings.simplefilter("error")
-    ours = compile_model(parse.load(xml.encode(), None))[0]
-  types = np.sort(np.asarray(ours.geom_type)[np.asarray(ours.collision_geom)], axis=1)
-  multi = [tuple(t) in contact_pairs.MULTI for t in types.tolist()]
-  assert sorted(map(tuple, types[multi].tolist())) == [(5, 6), (5, 7), (6, 7)]
-  assert np.all(np.asarray(ours.collision_connum)[multi] == 1)
+def test_multi_contact_pairs_get_one_slot_without_multiccd():
+  types = lambda m: np.sort(np.asarray(m.geom_type)[np.asarray(m.collision_geom)], axis=1)
+  for flag, slots in (("", 4), ("<option><flag multiccd='disable'/></option>", 1)):
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")  # the box on the height field
+      ours = compile_model(parse.load(_MULTI_PAIRS.replace("<worldbody>", flag + "<worldbody>")
+                                      .encode(), None))[0]
+    multi = [tuple(t) in contact_pairs.MULTI for t in types(ours).tolist()]
+    assert sorted(map(tuple, types(ours)[multi].tolist())) == [(5, 6), (5, 7), (6, 7)]
+    assert np.all(np.asarray(ours.collision_connum)[multi] == slots)
 
 
 def test_no_warning_without_unsupported_pairs():

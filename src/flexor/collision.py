@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import collision_convex, collision_hfield, collision_primitive, math
+from flexor import collision_convex, collision_hfield, collision_multi, collision_primitive, math
 from flexor.mjcf import constraint_rows
 from flexor.types import ContactGradient, Data, DisableBit, EnableBit, GeomType, Model
 
@@ -212,6 +212,55 @@ def hull_vertices(m: Model, geoms: np.ndarray) -> jax.Array | None:
   return jnp.zeros((len(geoms),) + hull.shape[1:], hull.dtype).at[mesh].set(hull)
 
 
+def polygons(m: Model, geoms: np.ndarray) -> collision_multi.Polygons | None:
+  """The polygons (collision_multi.Polygons, leading axis n) of the mesh geoms among ``geoms``
+  (n,) at their hull vertices (``hulls``' local ids), -1 padded for the others; None where
+  none is a mesh. Normals are gathered from the traced mesh_polynormal."""
+  mesh = np.flatnonzero(m.geom_type[geoms] == GeomType.MESH)
+  if not len(mesh):
+    return None
+  meshes, index = np.unique(np.asarray(m.geom_dataid)[geoms[mesh]], return_inverse=True)
+  tables = []
+  for k in meshes.tolist():
+    ids = _hull_tables(m, k)["ids"]
+    vertadr, polyadr = int(m.mesh_vertadr[k]), int(m.mesh_polyadr[k])
+    local = np.full(int(m.mesh_vertnum[k]), 0)
+    local[ids] = np.arange(len(ids))
+    rows = []
+    for v in ids.tolist():
+      at = vertadr + v
+      rows.append([])
+      for p in m.mesh_polymap[m.mesh_polymapadr[at]:][:m.mesh_polymapnum[at]].tolist():
+        p += polyadr
+        loop = np.asarray(m.mesh_polyvert[m.mesh_polyvertadr[p]:][:m.mesh_polyvertnum[p]])
+        j = int(np.argmax(loop == v))
+        rows[-1].append((p, local[loop[j - 1]], local[loop[::-1]]))
+    tables.append(rows)
+  h = max(len(rows) for rows in tables)
+  width = max([len(r) for rows in tables for r in rows] + [1])
+  length = max([len(c[2]) for rows in tables for r in rows for c in r] + [3])
+  n = len(tables)
+  poly, prev = np.full((n, h, width), -1), np.zeros((n, h, width), np.int32)
+  loop, nloop = np.zeros((n, h, width, length), np.int32), np.zeros((n, h, width), np.int32)
+  for t, rows in enumerate(tables):
+    for i, row in enumerate(rows):
+      for s, (p, before, verts) in enumerate(row):
+        poly[t, i, s], prev[t, i, s], nloop[t, i, s] = p, before, len(verts)
+        loop[t, i, s, :len(verts)] = verts
+        loop[t, i, s, len(verts):] = verts[-1]
+  normals = (m.mesh_polynormal if m.nmeshpoly else jnp.zeros((1, 3), m.mesh_vert.dtype))
+  full = lambda x, fill: np.full((len(geoms),) + x.shape[1:], fill, x.dtype)
+  out = {}
+  for key, x, fill in (("poly", poly, -1), ("prev", prev, 0), ("loop", loop, 0),
+                       ("nloop", nloop, 0)):
+    table = full(x, fill)
+    table[mesh] = x[index]
+    out[key] = jnp.asarray(table, jnp.int32)
+  normal = jnp.zeros((len(geoms), h, width, 3), normals.dtype).at[mesh].set(
+      normals[np.maximum(poly[index], 0)])
+  return collision_multi.Polygons(normal=normal, **out)
+
+
 def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
             ) -> tuple[Callable[..., collision_primitive.Contacts], tuple[Any, ...]]:
   """The narrow phase of one group of candidates ``cands`` (n,): its batched collider and the
@@ -228,10 +277,13 @@ def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
   xpos1, xmat1, size1, xpos2, xmat2, size2, margin = args
   if key[0] == GeomType.HFIELD:
     return _hfield_kernel(m, cands, args, verts[1], tol)
+  multi = not m.opt.disabled(DisableBit.MULTICCD) and any(
+      collision_multi.supports(a, b) for a, b in zip(t1.tolist(), t2.tolist()))
   collide = collision_convex.make_collider((set(t1.tolist()), set(t2.tolist())),
-                                           m.opt.ccd_iterations)
+                                           m.opt.ccd_iterations, multi)
+  polys = (polygons(m, g1), polygons(m, g2)) if multi else ()
   return jax.vmap(collide), (jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2,
-                             xmat2, size2, margin, *verts, tol)
+                             xmat2, size2, margin, *verts, tol, *polys)
 
 
 def _hfield_kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...],

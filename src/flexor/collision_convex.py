@@ -1,9 +1,11 @@
 """Convex collision of the geom pairs MuJoCo 4.0 sends to ``mjc_Convex`` with its native CCD
-(``engine_collision_convex.c``, ``engine_collision_gjk.c``) and answers with one contact: a
-sphere, capsule, ellipsoid, cylinder or box against an ellipsoid, and a sphere or an ellipsoid
-against a mesh (``contact_pairs.CONVEX``); the pairs of capsules, cylinders, boxes and meshes
-(``contact_pairs.MULTI``) where the model disables multiccd; and, for ``flexor.collision_hfield``,
-a height field's prisms against spheres, capsules, ellipsoids and cylinders.
+(``engine_collision_convex.c``, ``engine_collision_gjk.c``): a sphere, capsule, ellipsoid,
+cylinder or box against an ellipsoid, and a sphere or an ellipsoid against a mesh, with one
+contact (``contact_pairs.CONVEX``); the pairs of capsules, cylinders, boxes and meshes
+(``contact_pairs.MULTI``), whose first contact MuJoCo's multi-contact search
+(``flexor.collision_multi``) completes unless the model disables multiccd; and, for
+``flexor.collision_hfield``, a height field's prisms against spheres, capsules, ellipsoids and
+cylinders.
 
 ``mjc_ccd`` first runs GJK on the Minkowski difference of the two geoms. A sphere shrinks to its
 centre and a capsule to its segment; if those cores stay farther apart than ``ccd_tolerance``,
@@ -16,8 +18,7 @@ normal and the two witness points.
 This follows the 4.0 machine code where it departs from the 3.12 sources: GJK has no
 ``gjkIntersect`` fallback, and EPA stops on the current iteration's upper bound (3.12: the
 smallest so far) and drops a first face whose smallest bound lies more than the tolerance (3.12:
-1e-10) below it. With multiccd on (its default), MuJoCo 4.0 gives the MULTI pairs 1, 2 or 4
-contacts by a multi-contact search that is not built here: its first contact is not this one.
+1e-10) below it.
 
 The loops (``lax.while_loop``) follow the C code step by step on values without derivatives and
 record the direction in which each support point was taken. The result (the final simplex or
@@ -41,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flexor import collision_multi
 from flexor.collision_primitive import Contacts, _Contact, _dot, _finish
 from flexor.math import cross as _cross
 from flexor.mjcf.contact_pairs import CONVEX, MULTI
@@ -813,23 +815,70 @@ def _geom(kind, pos, mat, size, vert, margin) -> Geom:
   return Geom(kind=jnp.asarray(kind), pos=pos, mat=mat, size=size, vert=vert, half_margin=half)
 
 
-def make_collider(kinds: Kinds, kmax: int) -> Callable[..., Contacts]:
+def _multi_contacts(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: _Witness,
+                    poly1: collision_multi.Polygons | None,
+                    poly2: collision_multi.Polygons | None) -> _Contact:
+  """_contact_at followed by MuJoCo 4's multi-contact search where the pair's geom kinds have
+  one: up to collision_multi.MAXCON contacts (N,) sharing the first one's normal."""
+  hit, dist, x1, x2 = _ccd(g1, g2, kinds, found)
+  # the face the search ended on: EPA's, or the distance pass's simplex (its first vertices)
+  n = found.n
+  rows = jnp.where(found.path == 1, jnp.stack([0, jnp.where(n > 1, 1, 0), jnp.where(n > 2, 2, 0)]),
+                   jnp.arange(3))
+  face = found.verts[rows]
+  dirs = jax.lax.stop_gradient(face[:, _D])
+  core = lambda g: jax.tree.map(lambda a, b: jnp.where(found.path == 1, a, b), _core(g), g)
+  both = tuple(tuple(sorted(set(k) | set(_core_kinds(k)))) for k in kinds)
+  again = jax.vmap(_support(core(g1), core(g2), both))(dirs)
+  face = face + (again - jax.lax.stop_gradient(again))
+  count, w1, w2, d = collision_multi.multicontact(kinds, g1, g2, dirs, face[:, _A], face[:, _B],
+                                                  x1, x2, poly1, poly2)
+  supported = jnp.zeros((), bool)
+  for k1 in kinds[0]:
+    for k2 in kinds[1]:
+      if collision_multi.supports(k1, k2):
+        supported = supported | ((g1.kind == k1) & (g2.kind == k2))
+  touch = hit & (dist < 0)
+  on = supported & touch & ((found.path == 1) | (found.path == 2))
+  k = collision_multi.MAXCON
+  first = lambda x: jnp.zeros((k, 3), x.dtype).at[0].set(x)
+  w1, w2 = jnp.where(on, w1, first(x1)), jnp.where(on, w2, first(x2))
+  count = jnp.where(on, count, 1)
+  diff = w1[0] - w2[0]
+  nn = _norm(diff)
+  ok = nn >= MINVAL
+  normal = jnp.where(ok, diff / _safe(nn, ok), jnp.array([1.0, 0.0, 0.0], diff.dtype))
+  slot_dist = jnp.where(count > 1, margin + d, margin + dist)
+  return _Contact(dist=slot_dist, pos=0.5 * (w1 + w2), normal=jnp.broadcast_to(normal, (k, 3)),
+                  tangent=jnp.zeros((k, 3), diff.dtype), valid=touch & (jnp.arange(k) < count))
+
+
+def make_collider(kinds: Kinds, kmax: int, multi: bool = False) -> Callable[..., Contacts]:
   """The collider of every convex pair whose first geom's type is in ``kinds[0]`` and whose
   second's is in ``kinds[1]``, for ``collision``:
 
-    collider(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, vert1, vert2, tol)
+    collider(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, vert1, vert2, tol,
+             poly1, poly2)
 
-  with the shapes of ``collision_primitive`` (K = 1); ``type1, type2`` () the geom types,
-  ``vert1, vert2`` (H, 3) mesh hull vertices (or None where no geom is a mesh), ``tol`` ()
+  with the shapes of ``collision_primitive`` (K = 1, or collision_multi.MAXCON with ``multi``:
+  MuJoCo 4's multi-contact search for the pairs that have one); ``type1, type2`` () the geom
+  types, ``vert1, vert2`` (H, 3) mesh hull vertices and ``poly1, poly2`` their
+  ``collision_multi.Polygons`` (or None where no geom is a mesh), ``tol`` ()
   ``opt.ccd_tolerance``. An inactive slot holds the search's last estimate (finite, but not a
   signed distance where the geoms are apart)."""
   kinds = tuple(tuple(sorted(int(k) for k in set(ks))) for ks in kinds)
 
   def collide(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, vert1, vert2,
-              tol) -> Contacts:
+              tol, poly1=None, poly2=None) -> Contacts:
     g1 = _geom(type1, pos1, mat1, size1, vert1, margin)
     g2 = _geom(type2, pos2, mat2, size2, vert2, margin)
-    return _finish(jax.tree.map(lambda x: x[None], _contact(g1, g2, kinds, margin, kmax, tol)), 1)
+    if not multi:
+      return _finish(jax.tree.map(lambda x: x[None], _contact(g1, g2, kinds, margin, kmax, tol)),
+                     1)
+    found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol),
+                    jnp.asarray(True))
+    return _finish(_multi_contacts(g1, g2, kinds, margin, found, poly1, poly2),
+                   collision_multi.MAXCON)
 
   return collide
 

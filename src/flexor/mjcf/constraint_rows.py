@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flexor.mjcf import contact_pairs
-from flexor.types import ConeType, ConstraintType, EnableBit, EqType, GeomType, JointType
+from flexor.types import (ConeType, ConstraintType, DisableBit, EnableBit, EqType, GeomType,
+                          JointType)
 
 def contact_dims(f: dict[str, Any]) -> np.ndarray:
   """condim of each candidate pair (ncollision,): the pair's own, else as mj_contactParam."""
@@ -105,7 +106,8 @@ def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
   geom = np.asarray(f["collision_geom"], dtype=np.int64).reshape(-1, 2)
   geom_type = np.asarray(f["geom_type"])
   windows = [hfield_window(f, opt, k) for k in range(len(geom))]
-  connum = np.array([contact_pairs.max_contacts(geom_type[a], geom_type[b], w)
+  multiccd = not opt.disabled(DisableBit.MULTICCD)
+  connum = np.array([contact_pairs.max_contacts(geom_type[a], geom_type[b], w, multiccd)
                      for (a, b), w in zip(geom, windows)], dtype=np.int32)
   conadr = (np.cumsum(connum) - connum).astype(np.int32)
   dims = contact_dims(f)

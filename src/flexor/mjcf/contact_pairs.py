@@ -43,9 +43,9 @@ HAS_FUNCTION = {(a, b) for a in GeomType for b in GeomType
 # ellipsoid, where MuJoCo 4.0 makes one contact
 CONVEX = frozenset({(_S, _E), (_S, _M), (_C, _E), (_E, _E), (_E, _Y), (_E, _B), (_E, _M)})
 
-# the other mjc_Convex pairs: MuJoCo 4.0 gives them 1, 2 or 4 contacts by a multi-contact search
-# flexor does not have (its sources are not public), or one GJK/EPA contact where the model
-# disables multiccd: flexor collides them in that case only
+# the other mjc_Convex pairs: MuJoCo 4.0 gives them up to 4 contacts (2 with a capsule) by its
+# multi-contact search (flexor.collision_multi), or one GJK/EPA contact where the model disables
+# multiccd
 MULTI = frozenset({(_C, _Y), (_Y, _Y), (_Y, _B), (_C, _M), (_Y, _M), (_B, _M), (_M, _M)})
 
 # a height field against a sphere, capsule, ellipsoid or cylinder: mjc_ConvexHField, one GJK/EPA
@@ -81,10 +81,12 @@ def hfield_window(size: np.ndarray, nrow: int, ncol: int, reach: float) -> tuple
   return cells(float(size[0]), int(ncol)), cells(float(size[1]), int(nrow))
 
 
-def max_contacts(type1: int, type2: int, window: tuple[int, int] | None = None) -> int:
+def max_contacts(type1: int, type2: int, window: tuple[int, int] | None = None,
+                 multiccd: bool = False) -> int:
   """MuJoCo's mj_maxContact(type1, type2, has_margin=1) for the supported type pairs: the
   contacts one narrow phase call can return (a height field's: one per prism of the sub-grid
-  ``window``, at most MAXCONPAIR)."""
+  ``window``, at most MAXCONPAIR; a MULTI pair's, with ``multiccd``, those of the multi-contact
+  search)."""
   pair = (min(int(type1), int(type2)), max(int(type1), int(type2)))
   if pair not in SUPPORTED | MULTI:
     raise ValueError(f"geom types {pair} are not supported by flexor's narrow phase")
@@ -92,6 +94,8 @@ def max_contacts(type1: int, type2: int, window: tuple[int, int] | None = None) 
     if window is None:
       raise ValueError("a height field pair needs its sub-grid window")
     return min(2 * window[0] * window[1], MAXCONPAIR)
+  if pair in MULTI and multiccd:
+    return 2 if _C in pair else 4
   if _S in pair or _E in pair or pair in MULTI:
     return 1
   return {(_B, _B): 8, (_C, _C): 2, (_C, _B): 4, (_P, _C): 2, (_P, _Y): 4, (_P, _B): 4,
@@ -123,16 +127,15 @@ def _function_types(g1: int, g2: int, geom_type: np.ndarray) -> tuple[int, int]:
 def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dict[str, Any]:
   """Returns collision_geom (ncollision, 2), collision_pairid (ncollision,) and ncollision.
 
-  Pairs MuJoCo would collide but flexor's narrow phase cannot (SDFs, the MULTI pairs unless
-  the model disables multiccd, and the CONVEX, MULTI and HFIELD pairs unless ``convex``) are
-  left out, with one warning naming them. ``mjDSBL_CONTACT``/``CONSTRAINT`` are not applied
-  here: the driver checks them at run time.
+  Pairs MuJoCo would collide but flexor's narrow phase cannot (SDFs, and the CONVEX, MULTI and
+  HFIELD pairs unless ``convex``) are left out, with one warning naming them.
+  ``mjDSBL_CONTACT``/``CONSTRAINT`` are not applied here: the driver checks them at run time.
 
   Args:
     f: mjModel-named arrays of the model (geoms, bodies, pairs, excludes; body_parentid,
       body_jntnum, body_dofnum and body_mocapid included).
     disableflags: the model's opt.disableflags (FILTERPARENT changes the parent-child rule,
-      MIDPHASE the order within a body pair, MULTICCD admits the MULTI pairs).
+      MIDPHASE the order within a body pair).
     convex: keep the CONVEX pairs (GJK and EPA; False saves their compile and run time).
   """
   geom_type = np.asarray(f["geom_type"]).astype(np.int64)
@@ -185,9 +188,7 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dic
         found.append((key, o1, o2, -1))
 
   found.sort(key=lambda item: item[0])
-  single = disableflags & DisableBit.MULTICCD
-  known = (SUPPORTED | (MULTI if single else frozenset())) - (
-      frozenset() if convex else CONVEX | MULTI | HFIELD)
+  known = (SUPPORTED | MULTI) - (frozenset() if convex else CONVEX | MULTI | HFIELD)
   supported = [_function_types(g1, g2, geom_type) in known for _, g1, g2, _ in found]
   keep = [item for item, ok in zip(found, supported) if ok]
   dropped = [item for item, ok in zip(found, supported) if not ok]
@@ -196,12 +197,9 @@ def candidates(f: dict[str, Any], disableflags: int, convex: bool = True) -> dic
     names = lambda ks: ", ".join(f"{GeomType(a).name.lower()}-{GeomType(b).name.lower()}"
                                  for a, b in ks)
     missing = [k for k in kinds if k not in SUPPORTED | MULTI]
-    multi = [k for k in kinds if k in MULTI and not single and convex]
     off = [k for k in kinds if k in CONVEX | HFIELD | MULTI and not convex]
     why = ([f"flexor's narrow phase does not support {names(missing)} yet"] if missing else []) + (
-        [f"MuJoCo's multi-contact search for {names(multi)} is not built (flexor collides "
-         "them with one contact where <flag multiccd='disable'/>, as MuJoCo does)"]
-        if multi else []) + ([f"GJK/EPA for {names(off)} is off (convex=False)"] if off else [])
+        [f"GJK/EPA for {names(off)} is off (convex=False)"] if off else [])
     warnings.warn(f"{len(dropped)} geom pair(s) that MuJoCo would collide are left out: "
                   + "; ".join(why), stacklevel=2)
   geom = np.array([(g1, g2) for _, g1, g2, _ in keep], dtype=np.int32).reshape(-1, 2)

@@ -1,0 +1,572 @@
+"""MuJoCo 4's multi-contact search (``mjc_multicontact``): the extra contacts of a convex pair
+of capsules, cylinders, boxes and meshes (``contact_pairs.MULTI``) where multiccd is on.
+
+After GJK/EPA (``collision_convex``) has found the deepest point, the search reads the
+features of both geoms that the nearest polytope face touches: the support points' vertex ids
+(a box's corner bits, a mesh's hull vertex, a cylinder's cap) give each geom a vertex, an edge
+or a face. It gathers the faces that could hold the contact (a box's up to three faces at a
+corner, a mesh's polygons at a vertex, a cylinder's cap) and looks for two that face each
+other within 0.0889 rad. Failing that, it looks for an edge of the lower-dimensional feature
+(a box or mesh edge, a cylinder's side line, a capsule's segment) lying in one of the other
+geom's faces. The matched faces (a cylinder's cap as a 16-gon) or face and edge are clipped
+against each other (Sutherland-Hodgman), points farther than the margin from the clipping face
+are dropped, and up to four are kept (the quadrilateral ``polygonQuad`` finds, or an edge's two
+farthest points); each becomes a contact with its own depth and the face's normal.
+
+The C sources of this search are not public: it follows MuJoCo Warp 4.0's port of it
+(``collision_gjk.multicontact``) and is checked against the MuJoCo 4.0.0 binary in float64
+(``tests/test_collision_multi.py``).
+
+Everything runs at fixed sizes: candidate lists are masks over the largest list the geom kinds
+can have, polygons live in arrays of the most vertices clipping can leave, and the
+combinatorial choices (features, faces, the kept vertices) are made on values without
+derivatives; positions and depths then follow the geoms' poses and sizes differentiably.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flexor.math import cross as _cross
+from flexor.math import dot as _dot
+from flexor.math import mat_vec as _mat_vec
+from flexor.types import GeomType
+
+_G = GeomType
+MINVAL = 1e-15
+FACE_TOL = math.cos(0.0889)  # two faces are aligned within this angle
+EDGE_TOL = math.sin(0.0889)  # an edge lies in a face within this angle
+INTERSECT_TOL = 3e-7  # a clipped edge's intersection parameter may leave [0, 1] by this much
+HALFSPACE_TOL = 1e-10
+PARALLEL_TOL = 1e-10
+NCYL = 16  # a cylinder's cap is clipped as a regular 16-gon
+_CYL_COS = np.array([math.cos(i * math.pi / 8.0) for i in range(NCYL)])
+_CYL_SIN = np.array([math.sin(i * math.pi / 8.0) for i in range(NCYL)])
+FACE_KINDS = (_G.BOX, _G.MESH, _G.CYLINDER)
+EDGE_KINDS = (_G.CAPSULE,)
+MAXCON = 4  # contacts a search returns at most
+
+
+class Polygons(NamedTuple):
+  """A mesh geom's polygons, per hull vertex (local id, as ``collision_primitive.Hull``): H
+  hull vertices, P polygons at a vertex at most, L vertices of a polygon at most.
+
+  ``poly`` (H, P) int32 polygon ids at each vertex in MuJoCo's ``mesh_polymap`` order, -1
+  padded; ``normal`` (H, P, 3) their unit normals in the mesh frame; ``prev`` (H, P) int32 the
+  local id of the vertex before this one in each polygon's loop; ``loop`` (H, P, L) int32 each
+  polygon's vertices (local ids) in reverse loop order and ``nloop`` (H, P) int32 their number.
+  """
+  poly: jax.Array
+  normal: jax.Array
+  prev: jax.Array
+  loop: jax.Array
+  nloop: jax.Array
+
+
+def supports(type1: int, type2: int) -> bool:
+  """Whether MuJoCo 4 runs the multi-contact search on a pair of these geom types."""
+  face1, face2 = type1 in FACE_KINDS, type2 in FACE_KINDS
+  return (face1 and face2) or (face1 and type2 in EDGE_KINDS) or (type1 in EDGE_KINDS and face2)
+
+
+def max_contacts(type1: int, type2: int) -> int:
+  """Contacts the search can give a pair: an edge's two ends, or four of a clipped face."""
+  return 2 if _G.CAPSULE in (type1, type2) else MAXCON
+
+
+def _rot(g, local: jax.Array) -> jax.Array:
+  """A direction (..., 3) of geom ``g``'s frame in the world."""
+  return _mat_vec(g.mat, local)
+
+
+def _world(g, local: jax.Array) -> jax.Array:
+  """A point (..., 3) of geom ``g``'s frame in the world."""
+  return _rot(g, local) + g.pos.reshape((1,) * (local.ndim - 1) + (3,))
+
+
+def _unit(v: jax.Array) -> jax.Array:
+  n2 = _dot(v, v)
+  ok = n2 > 0
+  return v / jnp.where(ok, jnp.sqrt(jnp.where(ok, n2, 1.0)), 1.0)[..., None]
+
+
+def _norm(v: jax.Array) -> jax.Array:
+  n2 = _dot(v, v)
+  return jnp.where(n2 > 0, jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
+
+
+#------------------------------------ features -----------------------------------------------------
+
+def vertex_index(kinds: tuple[int, ...], g, d: jax.Array) -> jax.Array:
+  """The vertex id the support function of geom ``g`` records for unit direction ``d`` (3,):
+  a box's corner bits (x 1, y 2, z 4 where the corner is on the positive side), a cylinder's
+  cap (0 top, 1 bottom), a mesh's hull vertex (local id); -1 for other geoms."""
+  local = g.mat[0] * d[0] + g.mat[1] * d[1] + g.mat[2] * d[2]
+  out = jnp.array(-1, jnp.int32)
+  for kind in kinds:
+    if kind == _G.BOX:
+      v = ((local[0] >= 0).astype(jnp.int32) + 2 * (local[1] >= 0).astype(jnp.int32)
+           + 4 * (local[2] >= 0).astype(jnp.int32))
+    elif kind == _G.CYLINDER:
+      v = jnp.where(local[2] >= 0, 0, 1).astype(jnp.int32)
+    elif kind == _G.MESH:
+      v = jnp.argmax(g.vert @ local).astype(jnp.int32)
+    else:
+      continue
+    out = jnp.where(g.kind == kind, v, out)
+  return out
+
+
+def _feature_dim(idx: jax.Array, pts: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """featureDim: whether the face's three vertex ids ``idx`` (3,) on one geom are a vertex (1),
+  an edge (2) or a face (3), with the ids and points (3, 3) reordered so that the distinct
+  ones come first."""
+  v1, v2, v3 = idx[0], idx[1], idx[2]
+  apart = v1 != v2
+  dim = jnp.where(apart, jnp.where((v3 == v1) | (v3 == v2), 2, 3), jnp.where(v1 != v3, 2, 1))
+  idx = jnp.where(apart, idx, jnp.stack([v1, v3, v3]))
+  pts = jnp.where(apart, pts, jnp.stack([pts[0], pts[2], pts[2]]))
+  return dim, idx, pts
+
+
+class _Faces(NamedTuple):
+  """Candidate faces of one geom: unit normals (N, 3) in the world, ``ok`` (N,), and ``id``
+  (N,) what recovers each face (a box's face 0-5, a cylinder's cap, a mesh's slot at the
+  feature's first vertex)."""
+  normal: jax.Array
+  ok: jax.Array
+  id: jax.Array
+
+
+_BOX_NORMALS = np.array([[1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1], [0, 0, -1.0]])
+# boxFace: the corners (signs of the half sizes) of faces +x, -x, +y, -y, +z, -z in loop order
+_BOX_FACES = np.array([
+    [(1, 1, 1), (1, 1, -1), (1, -1, -1), (1, -1, 1)],
+    [(-1, 1, -1), (-1, 1, 1), (-1, -1, 1), (-1, -1, -1)],
+    [(-1, 1, -1), (1, 1, -1), (1, 1, 1), (-1, 1, 1)],
+    [(-1, -1, 1), (1, -1, 1), (1, -1, -1), (-1, -1, -1)],
+    [(-1, 1, 1), (1, 1, 1), (1, -1, 1), (-1, -1, 1)],
+    [(1, 1, -1), (-1, 1, -1), (-1, -1, -1), (1, -1, -1)]], float)
+
+
+def _select(pred: jax.Array, a, b):
+  """jnp.where over two pytrees of equal structure, ``pred`` a scalar."""
+  return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+def _box_faces(g, dim: jax.Array, idx: jax.Array, direction: jax.Array) -> _Faces:
+  """boxNormals: the faces (3 slots) of a box at a corner (dim 1), an edge (2) or a face (3);
+  where the feature lies on no single face (a face's or the box's diagonal), the face whose
+  normal is within FACE_TOL of ``direction`` (boxNormals2)."""
+  dtype = g.pos.dtype
+  bits = (jnp.maximum(idx, 0)[:, None] & np.array([1, 2, 4])[None, :]) != 0  # (vertex, axis)
+
+  def shared(n: int) -> jax.Array:
+    """+1 on an axis whose bit the first n vertices all set, -1 where none does, else 0."""
+    return (jnp.all(bits[:n], axis=0).astype(dtype) - jnp.all(~bits[:n], axis=0).astype(dtype))
+
+  axes = jnp.eye(3, dtype=dtype)
+  face_id = lambda s: (2 * np.arange(3) + (s < 0)).astype(jnp.int32)  # +x 0, -x 1, +y 2, ...
+  first_only = jnp.array([True, False, False])
+  local = _unit(g.mat[0] * direction[0] + g.mat[1] * direction[1] + g.mat[2] * direction[2])
+  near = (jnp.asarray(_BOX_NORMALS, dtype) @ local) > FACE_TOL
+  k = jnp.argmax(near)
+  fallback = _Faces(normal=jnp.zeros((3, 3), dtype).at[0].set(
+      _rot(g, jnp.asarray(_BOX_NORMALS, dtype)[k])), ok=first_only & jnp.any(near),
+      id=jnp.zeros(3, jnp.int32).at[0].set(k.astype(jnp.int32)))
+  # a face: the one axis the three vertices share
+  s3 = shared(3)
+  k3 = jnp.argmax(s3 != 0)
+  one = _Faces(normal=jnp.zeros((3, 3), dtype).at[0].set(_rot(g, axes[k3] * s3[k3])),
+               ok=first_only, id=jnp.zeros(3, jnp.int32).at[0].set(face_id(s3)[k3]))
+  # an edge: one face (a face's diagonal) or two (an outer edge), in axis order
+  s2 = shared(2)
+  c2 = jnp.sum(s2 != 0)
+  order = jnp.argsort(s2 == 0, stable=True)
+  two = _Faces(normal=_rot(g, (axes * s2[:, None])[order]), ok=jnp.arange(3) < c2,
+               id=face_id(s2)[order])
+  # a corner: its three faces
+  s1 = jnp.where(bits[0], 1.0, -1.0).astype(dtype)
+  corner = _Faces(normal=_rot(g, axes * s1[:, None]), ok=jnp.ones(3, bool), id=face_id(s1))
+  out = _select((dim == 2) & ((c2 == 1) | (c2 == 2)), two, fallback)
+  out = _select((dim == 3) & (jnp.sum(s3 != 0) == 1), one, out)
+  return _select(dim == 1, corner, out)
+
+
+def _mesh_faces(g, poly: Polygons, dim: jax.Array, idx: jax.Array) -> _Faces:
+  """meshNormals: the polygons at the feature's first vertex that hold the whole feature (a
+  face: the first that also holds the other two vertices; an edge: the first two holding
+  both), as slots of that vertex's polygon list."""
+  v = jnp.maximum(idx, 0)
+  at1 = poly.poly[v[0]]
+  ok1 = at1 >= 0
+  holds = lambda w: ok1 & jnp.any((at1[:, None] == poly.poly[w][None, :]) & ok1[:, None], axis=1)
+  first = lambda mask, n: mask & (jnp.cumsum(mask) <= n)
+  edge = first(holds(v[1]), 2)
+  face = first(edge & holds(v[2]), 1)
+  ok = jnp.where(dim == 3, face, jnp.where(dim == 2, edge, ok1))
+  return _Faces(normal=_rot(g, poly.normal[v[0]]), ok=ok,
+                id=jnp.arange(at1.shape[0], dtype=jnp.int32))
+
+
+def _cylinder_faces(g, dim: jax.Array, idx: jax.Array) -> _Faces:
+  """cylinderNormals: a cap, where the feature is a vertex on it."""
+  sgn = jnp.where(idx[0] != 0, -1.0, 1.0).astype(g.pos.dtype)
+  return _Faces(normal=(g.mat[:, 2] * sgn)[None], ok=(dim == 1)[None], id=idx[:1])
+
+
+def _pad(x: jax.Array, n: int) -> jax.Array:
+  """x (k, ...) padded to (n, ...) by repeating its last row."""
+  return x if x.shape[0] == n else jnp.concatenate([x, jnp.repeat(x[-1:], n - x.shape[0], 0)])
+
+
+def _faces(kinds: tuple[int, ...], g, poly: Polygons | None, dim: jax.Array, idx: jax.Array,
+           direction: jax.Array) -> _Faces:
+  """The candidate faces of geom ``g`` (one of ``kinds``) at its feature, in one list."""
+  per_kind = {}
+  if _G.BOX in kinds:
+    per_kind[_G.BOX] = _box_faces(g, dim, idx, direction)
+  if _G.MESH in kinds:
+    per_kind[_G.MESH] = _mesh_faces(g, poly, dim, idx)
+  if _G.CYLINDER in kinds:
+    per_kind[_G.CYLINDER] = _cylinder_faces(g, dim, idx)
+  n = max([f.ok.shape[0] for f in per_kind.values()] + [1])
+  out = _Faces(normal=jnp.zeros((n, 3), g.pos.dtype), ok=jnp.zeros(n, bool),
+               id=jnp.zeros(n, jnp.int32))
+  for kind, f in per_kind.items():
+    padded = _Faces(normal=_pad(f.normal, n), ok=jnp.arange(n) < f.ok.shape[0],
+                    id=_pad(f.id, n))
+    padded = padded._replace(ok=padded.ok & _pad(f.ok, n))
+    out = _select(g.kind == kind, padded, out)
+  return out
+
+
+class _Edges(NamedTuple):
+  """Candidate edges of one geom from a common ``start`` (3,): unit directions ``dir`` (E, 3),
+  other ends ``end`` (E, 3), ``ok`` (E,)."""
+  start: jax.Array
+  dir: jax.Array
+  end: jax.Array
+  ok: jax.Array
+
+
+def _edges_to(start: jax.Array, end: jax.Array, ok: jax.Array) -> _Edges:
+  return _Edges(start=start, dir=_unit(end - start[None]), end=end, ok=ok)
+
+
+def _box_edges(g, dim: jax.Array, idx: jax.Array) -> _Edges:
+  """boxEdgeNormals: an edge's one edge (dim 2), or a corner's three."""
+  signs = lambda i: jnp.where((jnp.maximum(i, 0) & np.array([1, 2, 4])) != 0, 1.0, -1.0)
+  s1 = signs(idx[0]).astype(g.pos.dtype)
+  start = _world(g, s1 * g.size)
+  flips = 1.0 - 2.0 * np.eye(3)  # the corner with one sign flipped
+  corner = _world(g, (s1[None, :] * flips) * g.size[None, :])
+  edge = _world(g, signs(idx[1]).astype(g.pos.dtype) * g.size)
+  one = jnp.zeros((3, 3), g.pos.dtype).at[0].set(edge)
+  end = jnp.where(dim == 2, one, corner)
+  ok = jnp.where(dim == 2, jnp.array([True, False, False]), dim == 1)
+  return _edges_to(start, end, ok)
+
+
+def _mesh_edges(g, poly: Polygons, dim: jax.Array, idx: jax.Array) -> _Edges:
+  """meshEdgeNormals: an edge's one edge (dim 2), or the edges from a vertex to the vertex
+  before it in each of its polygons."""
+  v = jnp.maximum(idx, 0)
+  start = _world(g, g.vert[v[0]])
+  around = _world(g, g.vert[poly.prev[v[0]]])
+  one = jnp.zeros_like(around).at[0].set(_world(g, g.vert[v[1]]))
+  first = jnp.arange(around.shape[0]) == 0
+  end = jnp.where(dim == 2, one, around)
+  ok = jnp.where(dim == 2, first, (dim == 1) & (poly.poly[v[0]] >= 0))
+  return _edges_to(start, end, ok)
+
+
+def _cylinder_edges(g, dim: jax.Array, idx: jax.Array, point: jax.Array) -> _Edges:
+  """cylinderEdgeNormals: the side line through the feature's vertex ``point`` (3,) (moved
+  onto the rim where the margin inflated it), from the cap it touches to the other."""
+  sgn = jnp.where(idx[0] != 0, 1.0, -1.0).astype(g.pos.dtype)
+  diff = point - g.pos
+  l0, l1 = _dot(g.mat[:, 0], diff), _dot(g.mat[:, 1], diff)
+  n2 = l0 * l0 + l1 * l1
+  ok = n2 >= MINVAL * MINVAL
+  scl = jnp.where(ok, g.size[0] / jnp.sqrt(jnp.where(ok, n2, 1.0)), 0.0)
+  rim = _world(g, jnp.stack([scl * l0, scl * l1, -sgn * g.size[1]]))
+  start = jnp.where(g.half_margin > 0, rim, point)
+  axis = g.mat[:, 2] * sgn
+  return _Edges(start=start, dir=axis[None], end=(start + axis * (2.0 * g.size[1]))[None],
+                ok=((dim == 1) | (dim == 2))[None])
+
+
+def _capsule_edges(g, witness: jax.Array) -> _Edges:
+  """capsuleEdgeNormals: the capsule's segment moved out to its witness point (3,)."""
+  axis = g.mat[:, 2]
+  pr = _dot(witness - g.pos, axis)
+  return _Edges(start=witness + axis * (-pr - g.size[1]), dir=axis[None],
+                end=(witness + axis * (-pr + g.size[1]))[None], ok=jnp.ones(1, bool))
+
+
+def _edges(kinds: tuple[int, ...], g, poly: Polygons | None, dim: jax.Array, idx: jax.Array,
+           point: jax.Array, witness: jax.Array) -> _Edges:
+  """The candidate edges of geom ``g`` (one of ``kinds``) at its feature, in one list."""
+  per_kind = {}
+  if _G.BOX in kinds:
+    per_kind[_G.BOX] = _box_edges(g, dim, idx)
+  if _G.MESH in kinds:
+    per_kind[_G.MESH] = _mesh_edges(g, poly, dim, idx)
+  if _G.CYLINDER in kinds:
+    per_kind[_G.CYLINDER] = _cylinder_edges(g, dim, idx, point)
+  if _G.CAPSULE in kinds:
+    per_kind[_G.CAPSULE] = _capsule_edges(g, witness)
+  n = max([e.ok.shape[0] for e in per_kind.values()] + [1])
+  out = _Edges(start=jnp.zeros(3, g.pos.dtype), dir=jnp.zeros((n, 3), g.pos.dtype),
+               end=jnp.zeros((n, 3), g.pos.dtype), ok=jnp.zeros(n, bool))
+  for kind, e in per_kind.items():
+    k = e.ok.shape[0]
+    padded = _Edges(start=e.start, dir=_pad(e.dir, n), end=_pad(e.end, n),
+                    ok=(jnp.arange(n) < k) & _pad(e.ok, n))
+    out = _select(g.kind == kind, padded, out)
+  return out
+
+
+#------------------------------------ face recovery ------------------------------------------------
+
+def _face(kinds: tuple[int, ...], g, poly: Polygons | None, v: jax.Array, face_id: jax.Array,
+          size: int) -> tuple[jax.Array, jax.Array]:
+  """The vertices (size, 3) and vertex count of the face ``face_id`` of geom ``g`` (a mesh's
+  slot at its feature's first vertex ``v``): boxFace, meshFace, cylinderFace."""
+  dtype = g.pos.dtype
+  pts, count = jnp.zeros((size, 3), dtype), jnp.array(0, jnp.int32)
+  if _G.BOX in kinds:
+    corners = _world(g, jnp.asarray(_BOX_FACES, dtype)[jnp.clip(face_id, 0, 5)] * g.size[None])
+    box = jnp.zeros((size, 3), dtype).at[:4].set(corners)
+    pts, count = _select(g.kind == _G.BOX, (box, jnp.array(4, jnp.int32)), (pts, count))
+  if _G.MESH in kinds:
+    vv = jnp.maximum(v, 0)
+    loop = poly.loop[vv, face_id]
+    mesh = jnp.zeros((size, 3), dtype).at[:loop.shape[0]].set(_world(g, g.vert[loop]))
+    pts, count = _select(g.kind == _G.MESH, (mesh, poly.nloop[vv, face_id]), (pts, count))
+  if _G.CYLINDER in kinds:
+    sgn = jnp.where(face_id != 0, -1.0, 1.0).astype(dtype)
+    center = g.mat[:, 2] * (sgn * g.size[1]) + g.pos
+    col0, col1 = g.mat[:, 0] * g.size[0], g.mat[:, 1] * (g.size[0] * sgn)
+    rim = (col0[None] * jnp.asarray(_CYL_COS, dtype)[:, None]
+           - col1[None] * jnp.asarray(_CYL_SIN, dtype)[:, None]) + center[None]
+    cyl = jnp.zeros((size, 3), dtype).at[:NCYL].set(rim)
+    pts, count = _select(g.kind == _G.CYLINDER, (cyl, jnp.array(NCYL, jnp.int32)),
+                         (pts, count))
+  return pts, count
+
+
+def face_size(kinds: tuple[int, ...], poly: Polygons | None) -> int:
+  """The most vertices a face of these geom kinds has (an edge: 2)."""
+  sizes = [2]
+  if _G.BOX in kinds:
+    sizes.append(4)
+  if _G.CYLINDER in kinds:
+    sizes.append(NCYL)
+  if _G.MESH in kinds and poly is not None:
+    sizes.append(poly.loop.shape[-1])
+  return max(sizes)
+
+
+#------------------------------------ clipping -----------------------------------------------------
+
+def _area4(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> jax.Array:
+  return 0.5 * _norm(_cross(a - c, b - d))
+
+
+def _polygon_quad(pts: jax.Array, n: jax.Array) -> jax.Array:
+  """polygonQuad: the positions (4,) of a quadrilateral of large area among the first n > 4
+  vertices of a convex polygon (N, 3), by MuJoCo's rotating search (no derivatives)."""
+  pts = jax.lax.stop_gradient(pts)
+  area = lambda q: _area4(pts[q[0]], pts[q[1]], pts[q[2]], pts[q[3]])
+  nxt = lambda i: (i + 1) % n
+
+  def climb(slot: int):
+    """Advances corner ``slot`` while the area grows."""
+    def cond(s):
+      q, m, _ = s
+      return area(q.at[slot].set(nxt(q[slot]))) > m
+
+    def body(s):
+      q, _, _ = s
+      q = q.at[slot].set(nxt(q[slot]))
+      return q, area(q), q
+    return cond, body
+
+  def outer(a, s):
+    q, m, res = s
+    q = q.at[0].set(a)
+
+    def cond(s):
+      return climb(3)[0](s)
+
+    def body(s):
+      s = climb(3)[1](s)
+      s = jax.lax.while_loop(*climb(2), s)
+      return jax.lax.while_loop(*climb(1), s)
+    q, m, res = jax.lax.while_loop(cond, body, (q, m, res))
+    b_hit = q[1] == a
+    q = q.at[1].set(jnp.where(b_hit, nxt(q[1]), q[1]))
+    c_hit = b_hit & (q[2] == q[1])
+    q = q.at[2].set(jnp.where(c_hit, nxt(q[2]), q[2]))
+    d_hit = c_hit & (q[3] == q[2])
+    q = q.at[3].set(jnp.where(d_hit, nxt(q[3]), q[3]))
+    return q, m, res
+
+  q0 = jnp.arange(4, dtype=jnp.int32)
+  _, _, res = jax.lax.fori_loop(0, n, outer, (q0, area(q0), q0))
+  return res
+
+
+def _compact(pts: jax.Array, keep: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+  """The points (M, 3) where ``keep`` (M,), in order, in an array of ``size``, and their count."""
+  slot = jnp.where(keep, jnp.cumsum(keep) - 1, size)
+  out = jnp.zeros((size, 3), pts.dtype).at[slot].set(pts, mode="drop")
+  return out, jnp.minimum(jnp.sum(keep), size).astype(jnp.int32)
+
+
+def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npoly: jax.Array,
+                  n: jax.Array, wit_dir: jax.Array, margin: jax.Array
+                  ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """polygonClip: the polygon ``poly`` (F, 3) of ``npoly`` vertices clipped by the edges of the
+  face ``clipper`` (F, 3) of ``nclipper`` vertices, whose outward unit normal is ``n`` (3,);
+  vertices more than ``margin`` above the face dropped, at most four kept. Returns their
+  number, their projections on the face (4, 3), the points (4, 3) the face's projections reach
+  along ``wit_dir`` (3,) from them, and those distances (4,)."""
+  f = clipper.shape[0]
+  size = 2 * f
+  nxt = jnp.where(jnp.arange(f) + 1 < nclipper, jnp.arange(f) + 1, 0)
+  a = clipper
+  pn = _cross(a[nxt] - a, (a + n[None]) - a)
+  pd = _dot(pn, a)
+  pts = jnp.zeros((size, 3), poly.dtype).at[:f].set(poly)
+  count = npoly.astype(jnp.int32)
+  ids = jnp.arange(size)
+  for e in range(f):
+    q = pts[(ids + 1) % jnp.maximum(count, 1)]
+    in1 = _dot(pts - a[e][None], pn[e]) > -HALFSPACE_TOL
+    in2 = _dot(q - a[e][None], pn[e]) > -HALFSPACE_TOL
+    den = _dot(pn[e], q - pts)
+    par = jnp.abs(den) < PARALLEL_TOL
+    t = jnp.where(par, jnp.inf, (pd[e] - _dot(pn[e], pts)) / jnp.where(par, 1.0, den))
+    hit = (in1 != in2) & (t > -INTERSECT_TOL) & (t < 1.0 + INTERSECT_TOL)
+    x = pts + jnp.clip(jnp.where(hit, t, 0.0), 0.0, 1.0)[:, None] * (q - pts)
+    live = ids < count
+    cand = jnp.stack([x, q], axis=1).reshape(-1, 3)
+    keep = jnp.stack([live & hit, live & in2], axis=1).reshape(-1)
+    clipped, ncl = _compact(cand, keep, size)
+    active = e < nclipper
+    pts, count = jnp.where(active, clipped, pts), jnp.where(active, ncl, count)
+  # drop what lies farther than the margin above the face
+  above = _dot(pts - a[0][None], n)
+  pts, count = _compact(pts, (ids < count) & (above <= margin), size)
+  # an edge clipped: its two farthest points; more than four: polygonQuad's; else all
+  diff = pts[:, None, :] - pts[None, :, :]
+  d2 = jnp.where((ids[:, None] < ids[None, :]) & (ids[None, :] < count),
+                 _dot(diff, diff), -1.0)
+  best = jnp.argmax(d2.reshape(-1))
+  far = jnp.where(jnp.max(d2) > 0, jnp.stack([best // size, best % size]), jnp.array([0, 1]))
+  far = jnp.concatenate([far, far]).astype(jnp.int32)
+  edge = (npoly == 2) & (count > 2)
+  quad = jax.lax.cond(~edge & (count > 4), lambda: _polygon_quad(pts, count),
+                      lambda: jnp.arange(4, dtype=jnp.int32))
+  pick = jnp.where(edge, far, quad)
+  num = jnp.where(edge, 2, jnp.minimum(count, 4))
+  v = pts[pick]
+  w1 = v - _dot(v - a[0][None], n)[:, None] * n[None]
+  dist = _dot(w1 - v, wit_dir)
+  w2 = w1 - dist[:, None] * wit_dir[None]
+  return num, w1, w2, dist
+
+
+#------------------------------------ the search ---------------------------------------------------
+
+def _first_pair(ok: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Whether ``ok`` (R, C) holds, and the first (row, column) where it does, row-major."""
+  flat = jnp.argmax(ok.reshape(-1))
+  return jnp.any(ok), flat // ok.shape[1], flat % ok.shape[1]
+
+
+def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: jax.Array,
+                 pts1: jax.Array, pts2: jax.Array, x1: jax.Array, x2: jax.Array,
+                 poly1: Polygons | None, poly2: Polygons | None
+                 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """mjc_multicontact for geoms ``g1``, ``g2`` (``collision_convex.Geom``, their kinds among
+  ``kinds``) from the polytope face (or GJK simplex) that GJK/EPA ended on: the directions
+  ``dirs`` (3, 3) its support points were taken in (geom 2 took their negatives), the support
+  points ``pts1``, ``pts2`` (3, 3) on each geom, and the contact's witness points ``x1``, ``x2``
+  (3,). Returns the number of contacts n (1 where the search finds no more: then the first is
+  x1, x2), witness points on geom 1 and geom 2 (4, 3) and their distances (4,) without the
+  margin (where n > 1)."""
+  sg = jax.lax.stop_gradient
+  frozen1 = g1._replace(mat=sg(g1.mat), vert=sg(g1.vert))
+  frozen2 = g2._replace(mat=sg(g2.mat), vert=sg(g2.vert))
+  i1 = jax.vmap(lambda d: vertex_index(kinds[0], frozen1, d))(sg(dirs))
+  i2 = jax.vmap(lambda d: vertex_index(kinds[1], frozen2, -d))(sg(dirs))
+  dim1, i1, pts1 = _feature_dim(i1, pts1)
+  dim2, i2, pts2 = _feature_dim(i2, pts2)
+  direction = x2 - x1
+  f1 = _faces(kinds[0], g1, poly1, dim1, i1, -direction)
+  f2 = _faces(kinds[1], g2, poly2, dim2, i2, direction)
+
+  # alignedFaces: the faces most opposed, within FACE_TOL, each facing the other geom
+  tol = EDGE_TOL * _norm(direction)
+  ok = ((f1.ok & (_dot(f1.normal, direction) < -tol))[:, None]
+        & (f2.ok & (_dot(f2.normal, direction) > tol))[None, :])
+  cos = jnp.where(ok, f1.normal @ f2.normal.T, jnp.inf)
+  flat = jnp.argmin(cos.reshape(-1))
+  aligned = jnp.min(cos) < -FACE_TOL
+  fi, fj = flat // cos.shape[1], flat % cos.shape[1]
+
+  # else an edge of the lower-dimensional feature lying in one of the other geom's faces
+  e1 = _edges(kinds[0], g1, poly1, dim1, i1, pts1[0], x1)
+  e2 = _edges(kinds[1], g2, poly2, dim2, i2, pts2[0], x2)
+  has1, has2 = jnp.any(f1.ok), jnp.any(f2.ok)
+  try1 = ~aligned & (dim1 < 3) & has2 & ((dim1 <= dim2) | ~has1)
+
+  def in_face(e: _Edges, f: _Faces, toward: jax.Array):
+    """alignedFaceEdge: the first face facing ``toward`` with an edge in it (face-major)."""
+    lie = ((f.ok & (_dot(f.normal, toward) > MINVAL))[:, None] & e.ok[None, :]
+           & (jnp.abs(f.normal @ e.dir.T) < EDGE_TOL))
+    found, face, edge = _first_pair(lie)
+    return found, edge, face
+  found1, ei1, fj1 = in_face(e1, f2, direction)
+  found2, ei2, fj2 = in_face(e2, f1, -direction)
+  edge1 = try1 & found1
+  edge2 = ~aligned & ~edge1 & (dim2 < 3) & found2
+  run = aligned | edge1 | edge2
+
+  # the matched faces or face and edge
+  size = max(face_size(kinds[0], poly1), face_size(kinds[1], poly2))
+  face1, n1 = _face(kinds[0], g1, poly1, i1[0], jnp.where(edge2, f1.id[fj2], f1.id[fi]), size)
+  face2, n2 = _face(kinds[1], g2, poly2, i2[0], jnp.where(edge1, f2.id[fj1], f2.id[fj]), size)
+  seg = lambda e, k: jnp.zeros((size, 3), e.end.dtype).at[0].set(e.start).at[1].set(e.end[k])
+  clipper = jnp.where(edge1, face2, face1)
+  nclipper = jnp.where(edge1, n2, n1)
+  poly = jnp.where(edge1, seg(e1, ei1), jnp.where(edge2, seg(e2, ei2), face2))
+  npoly = jnp.where(edge1 | edge2, 2, n2)
+  normal1, normal2 = f1.normal[jnp.where(edge2, fj2, fi)], f2.normal[jnp.where(edge1, fj1, fj)]
+  n = jnp.where(edge1, normal2, normal1)
+  wit_dir = jnp.where(edge1, -normal2, jnp.where(edge2, -normal1, normal2))
+  normal = jnp.where(edge2, normal1, -normal2)
+  # what is left of the margin (a capsule's witness already carries its share)
+  m1 = jnp.where(g1.kind == _G.CAPSULE, 0.0, g1.half_margin)
+  m2 = jnp.where(g2.kind == _G.CAPSULE, 0.0, g2.half_margin)
+  count, wa, wb, dist = _polygon_clip(clipper, nclipper, poly, npoly, n, wit_dir, m1 + m2)
+  w1, w2 = jnp.where(edge1, wb, wa), jnp.where(edge1, wa, wb)
+  w1, w2 = w1 + m1 * normal[None], w2 - m2 * normal[None]
+  dist = dist - (m1 + m2)
+
+  usable = jnp.ones((), bool)
+  for g, p, ks in ((g1, poly1, kinds[0]), (g2, poly2, kinds[1])):
+    if _G.MESH in ks:
+      usable = usable & ((g.kind != _G.MESH) | jnp.any(p.poly >= 0))
+  done = run & usable & (count >= 1)
+  first = lambda x, w: jnp.where(done, w, jnp.zeros_like(w).at[0].set(x))
+  return jnp.where(done, count, 1), first(x1, w1), first(x2, w2), dist
