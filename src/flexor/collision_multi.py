@@ -34,6 +34,7 @@ import numpy as np
 
 from flexor.math import cross as _cross
 from flexor.math import dot as _dot
+from flexor.math import safe_norm
 from flexor.math import mat_vec as _mat_vec
 from flexor.types import GeomType
 
@@ -74,11 +75,6 @@ def supports(type1: int, type2: int) -> bool:
   return (face1 and face2) or (face1 and type2 in EDGE_KINDS) or (type1 in EDGE_KINDS and face2)
 
 
-def max_contacts(type1: int, type2: int) -> int:
-  """Contacts the search can give a pair: an edge's two ends, or four of a clipped face."""
-  return 2 if _G.CAPSULE in (type1, type2) else MAXCON
-
-
 def _rot(g, local: jax.Array) -> jax.Array:
   """A direction (..., 3) of geom ``g``'s frame in the world."""
   return _mat_vec(g.mat, local)
@@ -93,11 +89,6 @@ def _unit(v: jax.Array) -> jax.Array:
   n2 = _dot(v, v)
   ok = n2 > 0
   return v / jnp.where(ok, jnp.sqrt(jnp.where(ok, n2, 1.0)), 1.0)[..., None]
-
-
-def _norm(v: jax.Array) -> jax.Array:
-  n2 = _dot(v, v)
-  return jnp.where(n2 > 0, jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
 
 
 #------------------------------------ features -----------------------------------------------------
@@ -377,7 +368,7 @@ def face_size(kinds: tuple[int, ...], poly: Polygons | None) -> int:
 #------------------------------------ clipping -----------------------------------------------------
 
 def _area4(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> jax.Array:
-  return 0.5 * _norm(_cross(a - c, b - d))
+  return 0.5 * safe_norm(_cross(a - c, b - d))
 
 
 def _polygon_quad(pts: jax.Array, n: jax.Array) -> jax.Array:
@@ -516,7 +507,7 @@ def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: j
   f2 = _faces(kinds[1], g2, poly2, dim2, i2, direction)
 
   # alignedFaces: the faces most opposed, within FACE_TOL, each facing the other geom
-  tol = EDGE_TOL * _norm(direction)
+  tol = EDGE_TOL * safe_norm(direction)
   ok = ((f1.ok & (_dot(f1.normal, direction) < -tol))[:, None]
         & (f2.ok & (_dot(f2.normal, direction) > tol))[None, :])
   cos = jnp.where(ok, f1.normal @ f2.normal.T, jnp.inf)
