@@ -171,6 +171,7 @@ def test_conveyor_and_adhesion_trajectory_matches_mujoco():
   assert md.qvel[12] > 0.05, "the belt drives the puck along x"
 
 
+@pytest.mark.slow
 def test_adhesion_and_surface_velocity_gradients_match_finite_differences():
   """Reverse mode through 25 steps of the ball and the puck on the belt with respect to the
   belt's surface velocity and the adhesions, against central differences."""
@@ -390,7 +391,8 @@ THREE_ISLANDS_XML = """
 """
 
 
-@pytest.mark.parametrize("solver,cone", [("CG", "pyramidal"), ("CG", "elliptic"),
+@pytest.mark.parametrize("solver,cone", [("CG", "pyramidal"),
+                                         pytest.param("CG", "elliptic", marks=pytest.mark.slow),
                                          ("Newton", "elliptic")])
 def test_trajectory_in_three_islands_matches_mujoco(solver, cone):
   """MuJoCo's solvers solve each constraint island alone (its own line searches, scale and
@@ -529,6 +531,7 @@ def test_nconmax_groups_condims_and_keeps_the_solution():
       assert relerr(getattr(d, field)[i], getattr(md, field)) < 1e-9, f"state {i}: {field}"
 
 
+@pytest.mark.slow
 def test_capacities_keep_rollout_gradients():
   """Reverse mode through 20 steps of the stack of boxes is the same with its contacts compacted
   into 20 slots and the box-box narrow phase held to the 3 nearest of 6 pairs."""

@@ -120,6 +120,7 @@ def test_falling_bodies_follow_mujoco():
   assert touched >= 3
 
 
+@pytest.mark.slow
 def test_rollout_gradient_matches_finite_differences():
   """d(final height of a ball rolling over the bumps)/d(initial velocity), through 40 steps of
   contact with the field."""

@@ -201,8 +201,9 @@ _PRESS = f"""<mujoco>
 
 @pytest.mark.parametrize("geom, qpos", [
     # a mesh cube tilted on a wide box: its four bottom corners, each at its own depth
-    ('<geom type="box" size="0.15 0.15 0.06"/>',
-     [0, 0, 0, 1, 0, 0, 0, 0.01, -0.02, 0.107, 1, 0.01, -0.008, 0.01]),
+    pytest.param('<geom type="box" size="0.15 0.15 0.06"/>',
+                 [0, 0, 0, 1, 0, 0, 0, 0.01, -0.02, 0.107, 1, 0.01, -0.008, 0.01],
+                 marks=pytest.mark.slow),
     # a tilted capsule lying across the cube's bottom face: the two ends of its overlap
     ('<geom type="capsule" size="0.02 0.1"/>',
      [0, 0, 0, 0.7, 0.01, 0.714, 0.0, 0.01, 0.005, 0.068, 1, 0, 0, 0.1]),

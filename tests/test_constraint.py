@@ -304,6 +304,7 @@ PILE_XML = """
 """
 
 
+@pytest.mark.slow
 def test_float32_solve_reaches_the_float64_solution():
   """In float32 the line search stops at its derivative's rounding error, not at 1e-12 of its
   start (out of float32's reach): the stop must not come early. A pile of boxes and a sphere
@@ -356,7 +357,7 @@ def test_one_newton_iteration_matches_mujoco_at_each_ls_tolerance():
   assert relerr(theirs[0], theirs[1]) > 1e-2                    # 0.13 measured
 
 
-@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+@pytest.mark.parametrize("cone", ["pyramidal", pytest.param("elliptic", marks=pytest.mark.slow)])
 def test_cg_iterates_match_mujoco(cone):
   """MuJoCo's CG solver (``solver="CG"``: conjugate gradients preconditioned by M, Hager and
   Zhang's directions) lands on MuJoCo's iterates: after 3 iterations whose line searches stop
@@ -411,7 +412,7 @@ PGS_XML = PILE_XML.replace('<geom type="box" size=".1 .08 .1"/>',
     '    <body pos="1 .05 .5"><freejoint/><geom type="sphere" size=".1" condim="6"/></body>')
 
 
-@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+@pytest.mark.parametrize("cone", ["pyramidal", pytest.param("elliptic", marks=pytest.mark.slow)])
 def test_pgs_iterates_match_mujoco(cone):
   """MuJoCo's PGS (``solver="PGS"``): shuffled sweeps, Nesterov extrapolation with restarts,
   ray and QCQP updates of elliptic cones, a stop per island. From a perturbed state of the pile

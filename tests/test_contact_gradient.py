@@ -90,6 +90,7 @@ def test_distance_keeps_mujoco_motion(ball_wall):
   assert abs(float(distance(1.4)[1]) - secant) < 0.5 * abs(secant)
 
 
+@pytest.mark.slow
 def test_distance_gradient_under_vmap(ball_wall):
   """A batch of throws under jax.vmap has the gradients of the single throws."""
   m = ball_wall["distance"][0]

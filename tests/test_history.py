@@ -153,6 +153,7 @@ def test_read_matches_mujoco():
                                  err_msg=f"sensor {i}, interp {interp}")
 
 
+@pytest.mark.slow
 def test_randomized_delays_match_mujoco():
   """actuator_delay and sensor_delay are traced: a vmap over three models with their own delays
   (domain randomization) steps as three MuJoCo models do."""

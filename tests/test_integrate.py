@@ -239,6 +239,7 @@ def test_adaptive_follows_the_flow_under_jit_and_vmap():
     assert float(out.time[i]) == pytest.approx(0.3, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_adaptive_gradient_through_stiff_contact_is_the_flows():
   """The ball thrown at a wall (contact time constant 2 steps, refsafe's floor): the gradient of
   the wall's final position with respect to the throwing speed, by reverse mode through 100

@@ -133,6 +133,7 @@ BOXES_XML = """
 """
 
 
+@pytest.mark.slow
 def test_sliding_boxes_trajectory_matches_mujoco():
   """Three boxes sliding down a 20 degree slope with noslip, 150 steps: the trajectory stays on
   MuJoCo's, and vmapped worlds (where noslip's branches become selects) equal single ones."""

@@ -240,6 +240,7 @@ _SHARDED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sharded_batch_equals_one_device():
   """Four host CPU devices (a flag that must be set before JAX starts, hence a subprocess)."""
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")

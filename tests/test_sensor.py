@@ -315,6 +315,7 @@ def test_own_model_exercises_contacts_and_limits():
   assert fm.nconmax and fm.neq
 
 
+@pytest.mark.slow
 def test_touch_rays_from_pushing_contacts_match_all_pairs(monkeypatch):
   """Touch sensors cast rays only from the contacts that push, gathered into a fixed number of
   slots per site type, slot-fuls at a time while some world has pairs left. Our model's
@@ -498,6 +499,7 @@ _RANGEFINDERS = """
 """
 
 
+@pytest.mark.slow
 def test_rangefinder_matches_mujoco():
   """Site rangefinders with each data field, hits on the field, the plane and a child body's
   cylinder, misses (-1), a cutoff, the transparent box ignored and the site's body excluded."""
@@ -728,6 +730,7 @@ _CONVEX_DISTANCES = """
 """
 
 
+@pytest.mark.slow
 def test_geom_distance_sensors_between_convex_geoms_match_mujoco():
   """distance, normal and fromto sensors over the pairs MuJoCo measures with native CCD
   (mj_geomDistanceCCD: GJK's distance apart, EPA's depth overlapping): ellipsoids, cylinders,
@@ -746,6 +749,7 @@ def test_geom_distance_sensors_between_convex_geoms_match_mujoco():
   assert np.any(dist < 0) and np.any((dist > 0) & (dist < .2))
 
 
+@pytest.mark.slow
 def test_distance_and_energy_gradients_match_finite_differences():
   """d sensordata / d qpos of geom distance, normal and fromto sensors and of the potential
   energy, by reverse mode, against central differences."""
