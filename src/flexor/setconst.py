@@ -33,7 +33,7 @@ from flexor import integrate, kinematics, math, transmission
 from flexor.crb import crb, dof_armature, factor_m, solve_m
 from flexor.tendon import tendon
 from flexor.types import (JNT_NV, BiasType, Data, DisableBit, GainType, IntegratorType, JointType,
-                          Model, TrnType, make_data)
+                          Model, TrnType, device_array, make_data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,7 +272,7 @@ def _length_ranges(m: Model, opt: LengthRangeOptions) -> Model:
           raise LengthRangeError(
               int(i), f"lengthrange computation did not converge: eval ({lmin[side]:g}, "
               f"{lmax[side]:g}), range ({lengthrange[out, 0]:g}, {lengthrange[out, 1]:g})")
-  return m.replace(actuator_lengthrange=jnp.asarray(lengthrange, dtype=m.actuator_lengthrange.dtype))
+  return m.replace(actuator_lengthrange=device_array(lengthrange, m.actuator_lengthrange.dtype))
 
 
 def _simulate_ranges(m: Model, opt: LengthRangeOptions, actuators: np.ndarray):
@@ -286,7 +286,7 @@ def _simulate_ranges(m: Model, opt: LengthRangeOptions, actuators: np.ndarray):
            | DisableBit.GRAVITY | DisableBit.ACTUATION)
   option = m.opt.replace(disableflags=int(flags))
   if opt.timestep > 0:
-    option = option.replace(timestep=jnp.asarray(opt.timestep, dtype=m.opt.timestep.dtype))
+    option = option.replace(timestep=device_array(opt.timestep, m.opt.timestep.dtype))
   if option.integrator == IntegratorType.RK4:   # mj_step2 integrates RK4 models with Euler
     option = option.replace(integrator=int(IntegratorType.EULER))
   sim = m.replace(opt=option)
@@ -295,10 +295,10 @@ def _simulate_ranges(m: Model, opt: LengthRangeOptions, actuators: np.ndarray):
   while time < opt.inttotal:
     time, nstep = time + dt, nstep + 1
   record_from = opt.inttotal - opt.interval
-  outs = m.actuator_outadr[actuators]
-  sides = jnp.asarray([-1.0, 1.0], dtype=m.body_mass.dtype)
+  outs = device_array(m.actuator_outadr[actuators], np.int32)
+  sides = device_array([-1.0, 1.0], m.body_mass.dtype)
   run = jax.jit(functools.partial(_push, sim, opt=opt, nstep=nstep, record_from=record_from))
-  lo, hi = jax.vmap(jax.vmap(run, in_axes=(None, 0)), in_axes=(0, None))(jnp.asarray(outs), sides)
+  lo, hi = jax.vmap(jax.vmap(run, in_axes=(None, 0)), in_axes=(0, None))(outs, sides)
   return lo, hi
 
 

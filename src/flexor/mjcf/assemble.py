@@ -11,13 +11,13 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from flexor import tree
 from flexor.mjcf import constraint_rows, contact_pairs, mesh
 from flexor.types import (_REQUIRED, JNT_NQ, JNT_NV, BiasType, DynType, GainType, JointType, Model,
-                          Option, SameFrame, TrnType, WrapType, field_table)
+                          Option, SameFrame, TrnType, WrapType, device_array, field_table)
 
 _OPTION_DEFAULTS: dict[str, Any] = dict(
     timestep=0.002, gravity=(0.0, 0.0, -9.81), wind=(0.0, 0.0, 0.0), magnetic=(0.0, -0.5, 0.0),
@@ -53,7 +53,7 @@ def _float_dtype(dtype: Any) -> np.dtype:
 
   Casting on the host keeps loading free of per-shape device conversions.
   """
-  return np.dtype(dtype) if dtype is not None else np.dtype(jnp.zeros(0).dtype)
+  return np.dtype(dtype) if dtype is not None else np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
 
 
 def make_option(dtype: Any = None, **values: Any) -> Option:
@@ -65,7 +65,7 @@ def make_option(dtype: Any = None, **values: Any) -> Option:
   fields = {}
   float_dtype = _float_dtype(dtype)
   for name in Option._traced:
-    fields[name] = jnp.asarray(np.asarray(merged[name], dtype=float_dtype))
+    fields[name] = device_array(merged[name], float_dtype)
   for name in Option._static:
     fields[name] = int(merged[name])
   return Option(**fields)
@@ -322,7 +322,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
     if name == "opt":
       values[name] = out[name]
       continue
-    values[name] = jnp.asarray(np.asarray(out[name], dtype=float_dtype))
+    values[name] = device_array(out[name], float_dtype)
   for name in Model._static:
     value = out[name]
     if isinstance(value, np.ndarray):
