@@ -53,7 +53,7 @@ def _float_dtype(dtype: Any) -> np.dtype:
 
   Casting on the host keeps loading free of per-shape device conversions.
   """
-  return np.dtype(dtype) if dtype is not None else np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+  return np.dtype(dtype) if dtype is not None else jax.dtypes.canonicalize_dtype(np.float64)
 
 
 def make_option(dtype: Any = None, **values: Any) -> Option:
