@@ -205,8 +205,11 @@ def test_disable_flags(flag):
   m = m.replace(opt=m.opt.replace(disableflags=int(mj.opt.disableflags),
                                   tolerance=jnp.asarray(1e-13)))
   d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  # first with every row enabled, so that no active row survives the flag
+  d = jax.jit(flexor.forward)(m.replace(opt=m.opt.replace(disableflags=0)), d)
+  assert int(d.nefc) > md.nefc
   d = jax.jit(flexor.forward)(m, d)
-  assert int(d.nefc) == md.nefc
+  assert int(d.nefc) == int(np.sum(np.asarray(d.efc_active))) == md.nefc
   assert relerr(d.qacc, md.qacc) < SOLVE_TOL
 
 

@@ -315,6 +315,14 @@ def _nearest(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, reach: jax.Array
   return take, jnp.maximum(jnp.sum(gap <= 0).astype(jnp.int32) - m.max_geom_pairs, 0)
 
 
+def contacts_on(m: Model) -> bool:
+  """Whether the model makes contacts: it has contact slots and the options disable neither
+  contacts nor constraints (static; mj_collision returns at once otherwise). Where it is false,
+  the contact_* fields keep make_data's values and every stage that reads them is skipped."""
+  return (bool(m.nconmax) and not m.opt.disabled(DisableBit.CONTACT)
+          and not m.opt.disabled(DisableBit.CONSTRAINT))
+
+
 def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
   """Computes the contact_* fields and ncon (mj_collision), after kinematics.
 
@@ -325,7 +333,7 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
   stiffness stay near MuJoCo's, but its derivative points the pair apart. Contacts within the
   margin keep MuJoCo's parameters.
   """
-  if not m.nconmax or m.opt.disabled(DisableBit.CONTACT) or m.opt.disabled(DisableBit.CONSTRAINT):
+  if not contacts_on(m):
     return d
   with jax.named_scope("collision"):
     dtype = d.qpos.dtype

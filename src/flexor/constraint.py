@@ -52,6 +52,13 @@ def _kinds(rowtype_bytes: bytes, disableflags: int) -> dict[int, np.ndarray]:
   return out
 
 
+def constraints_on(m: Model) -> bool:
+  """Whether the model has constraint rows and the options leave constraints on (static).
+  Where it is false, no row is active (nefc = 0), the other efc_* fields are left as they
+  are, and qacc is qacc_smooth: MuJoCo makes no rows."""
+  return bool(m.njmax) and not m.opt.disabled(DisableBit.CONSTRAINT)
+
+
 def rows_of(m: Model, *kinds: ConstraintType) -> np.ndarray:
   """Static indices of the enabled rows of the given constraint types, in row order."""
   table = _kinds(m.efc_rowtype.astype(np.int32).tobytes(), m.opt.disableflags)
@@ -613,6 +620,8 @@ def make_constraint(m: Model, d: Data) -> Data:
   """Computes the position-level constraint rows (mj_makeConstraint), after collision:
   efc_J (njmax, nv), efc_pos, efc_margin, efc_frictionloss, efc_R, efc_D, efc_KBIP, efc_active,
   efc_type, efc_id and nefc."""
+  if not constraints_on(m):
+    return d.replace(efc_active=jnp.zeros_like(d.efc_active), nefc=jnp.zeros_like(d.nefc))
   with jax.named_scope("make_constraint"):
     J, pos, margin, floss, active, solref, solimp, diag, solreffriction = _rows(m, d)
     active &= _nonempty(m, J)
@@ -696,14 +705,16 @@ def reference_constraint(m: Model, d: Data) -> Data:
   pull applied as a passive force (``flexor.passive``) the contact's net force under
   compression is as without adhesion.
   """
+  if not constraints_on(m):
+    return d
   with jax.named_scope("reference_constraint"):
     vel = d.efc_J @ d.qvel
-    if m.flg_surfacevel and m.nconmax:
+    if m.flg_surfacevel and collision.contacts_on(m):
       rows, values = _surface_velocity(m, d)
       vel = vel.at[rows].add(values)
     k, b, imp = d.efc_KBIP[:, 0], d.efc_KBIP[:, 1], d.efc_KBIP[:, 2]
     aref = -b * vel - k * imp * (d.efc_pos - d.efc_margin)
-    if m.flg_adhesion and m.nconmax:
+    if m.flg_adhesion and collision.contacts_on(m):
       rows, values = _adhesion_bias(m, d)
       aref = aref.at[rows].add(values)
     aref = aref - jdot_correction(m, d)

@@ -28,7 +28,7 @@ from flexor.passive import passive
 from flexor.rne import rne, rne_bias
 from flexor.sensor import energy, sensor_acc, sensor_pos, sensor_vel
 from flexor.tendon import tendon, tendon_velocity
-from flexor.types import ContactGradient, Data, DisableBit, EnableBit, Model
+from flexor.types import ContactGradient, Data, EnableBit, Model
 
 
 def fwd_position(m: Model, d: Data) -> Data:
@@ -86,7 +86,7 @@ def fwd_constraint(m: Model, d: Data) -> Data:
   (``contacts_from_distance``).
   """
   with jax.named_scope("fwd_constraint"):
-    if m.njmax and not m.opt.disabled(DisableBit.CONSTRAINT):
+    if constraint.constraints_on(m):
       d = solver.solve(m, d)
       if m.opt.noslip_iterations:
         d = noslip.noslip(m, d)
@@ -143,7 +143,7 @@ def inv_acceleration(m: Model, d: Data) -> Data:
   (``crb.armature``, ``crb.tendon_bias``).
   """
   with jax.named_scope("inv_acceleration"):
-    if m.njmax and not m.opt.disabled(DisableBit.CONSTRAINT):
+    if constraint.constraints_on(m):
       force, state = solver.constraint_force(m, d, d.qacc)
       d = d.replace(efc_force=force, efc_state=state)
       qfrc_constraint = d.efc_J.T @ force

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import constraint, kinematics, math
+from flexor import collision, constraint, kinematics, math
 from flexor.fluid import fluid, fluid_vel_deriv
 from flexor.types import Data, DisableBit, JointType, Model, TrnType
 
@@ -285,7 +285,7 @@ def passive(m: Model, d: Data) -> Data:
       qfrc_damper = qfrc_damper + frc_damper @ d.ten_J
     qfrc_gravcomp = zero if m.opt.disabled(DisableBit.GRAVITY) else _gravcomp(m, d)
     qfrc_fluid = fluid(m, d)
-    adhesive = m.flg_adhesion and m.nconmax and not m.opt.disabled(DisableBit.CONTACT)
+    adhesive = m.flg_adhesion and collision.contacts_on(m)
     qfrc_adhesion = _adhesion(m, d) if adhesive else zero
     passive_gravcomp = jnp.asarray(m.jnt_actgravcomp[m.dof_jntid] == 0, dtype=zero.dtype)
     qfrc_passive = (qfrc_spring + qfrc_damper + qfrc_fluid + qfrc_adhesion

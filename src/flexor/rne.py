@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import constraint, crb, math, tree
+from flexor import collision, constraint, crb, math, tree
 from flexor.types import ConstraintType, Data, DisableBit, EqType, Model
 
 
@@ -154,7 +154,7 @@ def rne_postconstraint(m: Model, d: Data) -> Data:
     force, torque = d.xfrc_applied[:, :3], d.xfrc_applied[:, 3:]
     offset = d.xipos - d.subtree_com[m.body_rootid]
     cfrc_ext = jnp.concatenate([torque + math.cross(offset, force), force], axis=-1)
-    if m.nconmax:
+    if collision.contacts_on(m):
       cfrc_ext = cfrc_ext + _contact_cfrc_ext(m, d)
     if m.neq:
       cfrc_ext = cfrc_ext + _equality_cfrc_ext(m, d)

@@ -433,7 +433,7 @@ def _touch(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   """Normal forces of the contacts of the site's body whose normal ray, from the contact point
   away from that body, meets the site's volume (n, 1)."""
   site = _objid(m, ids)
-  if not m.nconmax:
+  if not collision.contacts_on(m):
     return jnp.zeros((len(ids), 1), dtype=d.qvel.dtype)
   body1, body2 = constraint.slot_bodies(m, d)                            # (nconmax,)
   body = m.site_bodyid[site]
@@ -581,7 +581,7 @@ def _contact(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   objects (in contact order, or the nearest or strongest first), each with the fields its
   ``data`` asks for and the number of matches as ``found``; or with reduce="netforce" one slot
   with the matches' total wrench. Slots without a contact are zero."""
-  if not m.nconmax:
+  if not collision.contacts_on(m):
     return jnp.zeros((len(ids), int(m.sensor_dim[ids[0]])), d.qpos.dtype)
   # one table for the group (its sensors share a stage): forces and velocities computed once
   specs = np.bitwise_or.reduce(m.sensor_intprm[ids, 0])

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import constraint, kinematics, math
+from flexor import collision, constraint, kinematics, math
 from flexor.types import Data, DisableBit, JointType, Model, TrnType
 
 
@@ -185,7 +185,7 @@ def _adhesion(m: Model, d: Data, body: np.ndarray) -> jax.Array:
   contacts of the body (those in the gap, margin <= dist < margin + gap, too), of the
   Jacobian of the contact's normal velocity (mj_transmission's mjTRN_BODY; with pyramidal cones
   MuJoCo averages the edge rows, whose mean is that Jacobian)."""
-  if not m.nconmax:
+  if not collision.contacts_on(m):
     return jnp.zeros((len(body), m.nv), d.qpos.dtype)
   owner, slot = constraint.body_slots(m, d, body)
   if not slot.size:
