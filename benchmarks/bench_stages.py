@@ -38,6 +38,10 @@ def stages(m: Any) -> list[tuple[str, Callable[[Any, Any], Any]]]:
                       rne, sensor, solver, tendon, transmission)
   from flexor.forward import fwd_acceleration, fwd_actuation  # pylint: disable=import-outside-toplevel
   one_iteration = m.replace(opt=m.opt.replace(iterations=1))
+  # without constraints (``name:smooth``) forward runs no solver: its rows would time a solve of
+  # rows the options disable
+  solve = [("solve", solver.solve),
+           ("solve, 1 iteration", lambda _, d: solver.solve(one_iteration, d))]
   return [
       ("kinematics", kinematics.kinematics),
       ("com_pos", kinematics.com_pos),
@@ -55,8 +59,7 @@ def stages(m: Any) -> list[tuple[str, Callable[[Any, Any], Any]]]:
       ("sensor_vel", sensor.sensor_vel),
       ("fwd_actuation", fwd_actuation),
       ("fwd_acceleration", fwd_acceleration),
-      ("solve", solver.solve),
-      ("solve, 1 iteration", lambda _, d: solver.solve(one_iteration, d)),
+      *(solve if constraint.constraints_on(m) else []),
       ("sensor_acc", sensor.sensor_acc),
       ("integrate", integrate.INTEGRATORS[integrate.IntegratorType(m.opt.integrator)]),
       ("step", flexor.step),

@@ -579,12 +579,15 @@ def _nonempty(m: Model, J: jax.Array) -> jax.Array:
   skips such a constraint whole, and keeps every row of one (say a connect's y and z rows on a
   body that only slides in x) with any nonzero entry."""
   contact = m.efc_rowtype >= ConstraintType.CONTACT_FRICTIONLESS
-  if not len(contact):
+  if contact.all():
     return jnp.asarray(contact)
-  block, nblock = row_constraints(m)
-  row_nonzero = jnp.any(J != 0, axis=-1)
-  block_nonzero = jax.ops.segment_max(row_nonzero, block, num_segments=nblock)
-  return jnp.asarray(contact) | block_nonzero[block]
+  # only the rows of other constraints are looked at: contact rows are most of a layout
+  block, _ = row_constraints(m)
+  other = np.flatnonzero(~contact)
+  _, block = np.unique(block[other], return_inverse=True)
+  row_nonzero = jnp.any(J[other] != 0, axis=-1)
+  block_nonzero = jax.ops.segment_max(row_nonzero, block, num_segments=int(block.max()) + 1)
+  return jnp.ones(len(contact), bool).at[other].set(block_nonzero[block])
 
 
 def _rows(m: Model, d: Data) -> list[jax.Array]:
