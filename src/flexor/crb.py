@@ -19,11 +19,17 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
+from jax.ad_checkpoint import checkpoint_name
 import jax.numpy as jnp
 import numpy as np
 
 from flexor import kinematics, math, passive, tendon, tree
 from flexor.types import Data, Model, TrnType
+
+# The name (``jax.ad_checkpoint.checkpoint_name``) of the Cholesky factors that a step's
+# rematerialisation (``integrate.step``) keeps for the backward pass: the solves' tangents need
+# the factor, and recomputing it (a LAPACK call per matrix) was the largest recomputed kernel.
+FACTOR = "cholesky_factor"
 
 
 def dof_armature(m: Model) -> jax.Array:
@@ -215,7 +221,7 @@ def _cholesky(a: jax.Array) -> jax.Array:
   Reads a's lower triangle only: every matrix factored here is symmetric by construction, and
   jnp's default averaging of a and a' (a transposing copy of a batch of matrices) cost as much
   as the factorisation itself on a CPU."""
-  return jnp.linalg.cholesky(a, symmetrize_input=False)
+  return checkpoint_name(jnp.linalg.cholesky(a, symmetrize_input=False), FACTOR)
 
 
 @jax.custom_jvp

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import actuation, history, kinematics, math, passive, sensor, solver
+from flexor import actuation, crb, history, kinematics, math, passive, sensor, solver
 from flexor.crb import spd_solve
 from flexor.forward import forward
 from flexor.rne import rne
@@ -407,7 +407,7 @@ def _loops_saveable(prim: jax.extend.core.Primitive, *args, **params) -> bool:
 
 
 _named_saveable = jax.checkpoint_policies.save_only_these_names(solver.LOOP_RESULT,
-                                                                kinematics.FRAMES)
+                                                                kinematics.FRAMES, crb.FACTOR)
 
 
 def _step(m: Model, d: Data) -> Data:
