@@ -402,7 +402,8 @@ def _loops_saveable(prim: jax.extend.core.Primitive, *args, **params) -> bool:
   (the collision searches, the active-row passes), the values named ``solver.LOOP_RESULT``
   (the solvers' results, from which the backward pass recomputes what the tangent needs) and
   those named ``kinematics.FRAMES`` (the world frames, all that the position tangents need from
-  forward kinematics, whose recomputation was a smooth model's most kernels)."""
+  forward kinematics, whose recomputation was a smooth model's most kernels) and
+  ``crb.FACTOR`` (the Cholesky factors, whose solves' tangents reuse them)."""
   return prim is jax.lax.while_p or _named_saveable(prim, *args, **params)
 
 
