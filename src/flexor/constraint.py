@@ -581,13 +581,13 @@ def _nonempty(m: Model, J: jax.Array) -> jax.Array:
   contact = m.efc_rowtype >= ConstraintType.CONTACT_FRICTIONLESS
   if contact.all():
     return jnp.asarray(contact)
-  # only the rows of other constraints are looked at: contact rows are most of a layout
-  block, _ = row_constraints(m)
+  block, nblock = row_constraints(m)
+  # only the rows of other constraints are looked at: contact rows are most of a layout (their
+  # blocks get no entry, False, and the contact mask keeps them)
   other = np.flatnonzero(~contact)
-  _, block = np.unique(block[other], return_inverse=True)
   row_nonzero = jnp.any(J[other] != 0, axis=-1)
-  block_nonzero = jax.ops.segment_max(row_nonzero, block, num_segments=int(block.max()) + 1)
-  return jnp.ones(len(contact), bool).at[other].set(block_nonzero[block])
+  block_nonzero = jax.ops.segment_max(row_nonzero, block[other], num_segments=nblock)
+  return jnp.asarray(contact) | block_nonzero[block]
 
 
 def _rows(m: Model, d: Data) -> list[jax.Array]:
