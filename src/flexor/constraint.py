@@ -18,7 +18,7 @@ direct stiffness and damping when negative).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -237,24 +237,9 @@ def active_capacity(n: int) -> int | None:
   or None for all: a quarter, at least 32, rounded up to a multiple of 8. A running simulation
   has few such rows active (on dm_control's humanoid, at most 38 of 424 rows in 256 worlds),
   so stages that gather the active rows into this many slots do a fraction of the work
-  (``over_active``, ``unless_overflow``)."""
+  (``over_active``, ``math.run_if``)."""
   capacity = -(-max(32, n // 4) // 8) * 8
   return capacity if capacity < n else None
-
-
-def unless_overflow(overflow: jax.Array, value: Any, fn: Callable[..., Any], *args: Any) -> Any:
-  """``value``, or ``fn(*args)`` where ``overflow`` () bool says the active rows did not fit.
-
-  A loop that runs at most once rather than a cond: under vmap a cond computes both branches
-  for every world, a loop only while some world of the batch overflows. Not reverse
-  differentiable (a while_loop): callers differentiate through a rule of their own."""
-  def all_rows(state: tuple[Any, jax.Array]) -> tuple[Any, jax.Array]:
-    # the barrier makes fn's inputs read the loop state: XLA would otherwise hoist fn out of
-    # the loop and run it always
-    operands, overflow = jax.lax.optimization_barrier((args, state[1]))
-    return fn(*operands), ~overflow
-
-  return jax.lax.while_loop(lambda s: s[1], all_rows, (value, overflow))[0]
 
 
 def over_active(active: jax.Array, fn: Callable[[jax.Array | slice, jax.Array], jax.Array],

@@ -260,3 +260,19 @@ def static_where(mask: np.ndarray, x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.where(mask, x, y)
   shape = jnp.broadcast_shapes(mask.shape, jnp.shape(x), jnp.shape(y))
   return jnp.broadcast_to(jnp.asarray(x if mask.all() else y, jnp.result_type(x, y)), shape)
+
+
+def run_if(flag: jax.Array, value: _T, fn: Callable[..., _T], *args: Any) -> _T:
+  """``value``, or ``fn(*args)`` where ``flag`` () bool is set.
+
+  A loop that runs at most once rather than a cond: under vmap a cond computes both branches
+  for every world, a loop only while some world of the batch sets the flag, and not at all
+  where none does. Not reverse differentiable (a while_loop): callers differentiate through a
+  rule of their own."""
+  def once(state: tuple[_T, jax.Array]) -> tuple[_T, jax.Array]:
+    # the barrier makes fn's inputs read the loop state: XLA would otherwise hoist fn out of
+    # the loop and run it always
+    operands, flag = jax.lax.optimization_barrier((args, state[1]))
+    return fn(*operands), ~flag
+
+  return jax.lax.while_loop(lambda s: s[1], once, (value, flag))[0]

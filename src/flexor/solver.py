@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import math, noslip, solver_pgs
-from flexor.constraint import active_capacity, dof_trees, islands, rows_of, unless_overflow
+from flexor.constraint import active_capacity, dof_trees, islands, rows_of
 from flexor.types import ConstraintState, ConstraintType, Data, DisableBit, Model, SolverType
 
 # The name (``jax.ad_checkpoint.checkpoint_name``) of a solver's result, which a step's
@@ -477,7 +477,7 @@ def _on_active_rows(config: _Config, problem: _Problem,
   if config.capacity is None:
     return fn(config.rows, problem)
   rows, compact, overflow = _compact(config.rows, problem, config.capacity)
-  return unless_overflow(overflow, fn(rows, compact), lambda p: fn(config.rows, p), problem)
+  return math.run_if(overflow, fn(rows, compact), lambda p: fn(config.rows, p), problem)
 
 
 def _optimum(config: _Config, problem: _Problem, start: jax.Array, tolerance: jax.Array,

@@ -43,9 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor.constraint import (active_capacity, dof_trees, islands, row_constraints, rows_of,
-                               unless_overflow)
-from flexor.math import MINVAL
+from flexor.constraint import active_capacity, dof_trees, islands, row_constraints, rows_of
+from flexor.math import MINVAL, run_if
 from flexor.noslip import cost_change, tangents
 from flexor.types import ConstraintType, Data, DisableBit, Model
 
@@ -316,5 +315,5 @@ def solve_pgs(m: Model, d: Data, warm: jax.Array | None) -> jax.Array:
   valid = jnp.arange(capacity) < nactive
   compact = jnp.zeros(m.njmax, d.qM.dtype).at[jnp.where(valid, pick, m.njmax)].set(
       solve(pick, valid, *args), mode="drop")
-  return unless_overflow(nactive > capacity, compact,
-                         lambda *args: solve(slice(None), True, *args), *args)
+  return run_if(nactive > capacity, compact, lambda *args: solve(slice(None), True, *args),
+                *args)

@@ -355,15 +355,9 @@ def _inside_root_jvp(primals, tangents):
   return phi, -df / jnp.where(slope < 0, slope, -1.0)
 
 
-def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array, inside: jax.Array):
-  """Wrap of a 2D segment whose sidesite lies inside the geom (wrap_inside), solved where
-  ``inside`` (n,) bool.
-
-  The tendon is pulled onto the circle and touches it at one point, where its two straight
-  pieces make equal angles with the radius. Returns the point (n, 2) (both tangent points) and
-  wrapped (n,) bool; the arc length is zero. Where Newton's method does not converge, MuJoCo
-  keeps its initial guess, the direction of the segment's midpoint.
-  """
+def _inside_setup(end0: jax.Array, end1: jax.Array, radius: jax.Array):
+  """wrap_inside's triangle: A = r/|end0|, B = r/|end1| and cos G of the angle between the ends,
+  (n,) each, with whether a wrap exists (ok) and needs Newton's method (solve), (n,) bool."""
   len0, len1 = math.safe_norm(end0), math.safe_norm(end1)
   dif = end1 - end0
   dd = _dot(dif, dif)
@@ -372,18 +366,21 @@ def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array, inside: ja
   a = -_safe_div(_dot(dif, end0), dd)
   near = end0 + a[:, None] * dif
   ok = ok & ~((dd > _MINVAL) & (a > 0) & (a < 1) & (math.safe_norm(near) <= radius))
-  default = _unit(0.5 * (end0 + end1)) * radius[:, None]
-
   # Where ok, A, B < 1; elsewhere use harmless values so nothing below is NaN.
   A = jnp.where(ok, radius / jnp.where(ok, len0, 1.0), 0.5)
   B = jnp.where(ok, radius / jnp.where(ok, len1, 1.0), 0.5)
   cos_g = _safe_div(len0 * len0 + len1 * len1 - dd, 2 * len0 * len1)
   ok = ok & ~(cos_g < -1 + _MINVAL)
-  solve = ok & ~(cos_g > 1 - _MINVAL)
-  G = jnp.arccos(jnp.where(solve, cos_g, 0.0))
+  return A, B, cos_g, ok, ok & ~(cos_g > 1 - _MINVAL)
 
+
+def _inside_solve(end0: jax.Array, end1: jax.Array, radius: jax.Array, needed: jax.Array):
+  """The touching point (n, 2) by Newton's method where ``needed`` (n,) bool and it converges,
+  and whether it did (n,) as 1.0 or 0.0; the point is zero elsewhere."""
+  A, B, cos_g, _, solve = _inside_setup(end0, end1, radius)
+  G = jnp.arccos(jnp.where(solve, cos_g, 0.0))
   phi, converged = _newton_inside(*(jax.lax.stop_gradient(x) for x in (A, B, G)),
-                                  solve & inside)
+                                  solve & needed)
   phi = _inside_root(jnp.where(converged, phi, 0.25 * jnp.pi), A, B, G)
 
   z = jnp.sin(phi)
@@ -393,7 +390,54 @@ def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array, inside: ja
   cos, sin = jnp.cos(ang), jnp.sin(ang)
   pnt = radius[:, None] * jnp.stack([cos * vec[:, 0] - sin * vec[:, 1],
                                      sin * vec[:, 0] + cos * vec[:, 1]], -1)
-  return jnp.where(converged[:, None], pnt, default), ok
+  return jnp.where(converged[:, None], pnt, 0.0), converged.astype(pnt.dtype)
+
+
+@jax.custom_jvp
+def _inside_point(end0: jax.Array, end1: jax.Array, radius: jax.Array, needed: jax.Array):
+  """``_inside_solve``, run only where some span of the batch needs it (``math.run_if``):
+  sidesites inside their geoms are rare, and the solve's transcendentals cost more than the
+  rest of a wrap. Differentiated by its rule below, which runs the same gate."""
+  n = len(radius)
+  return math.run_if(jnp.any(needed), (jnp.zeros((n, 2), end0.dtype), jnp.zeros(n, end0.dtype)),
+                     _inside_solve, end0, end1, radius, needed)
+
+
+@_inside_point.defjvp
+def _inside_point_jvp(primals, tangents):
+  end0, end1, radius, needed = primals
+  n = len(radius)
+
+  def with_jacobian(x: jax.Array):
+    """The solve at x = [end0, end1, radius] (n, 5) and each span's Jacobian (n, 2, 5): spans
+    are independent, so one tangent direction per input component gives it."""
+    solved, linear = jax.linearize(
+        lambda x: _inside_solve(x[:, :2], x[:, 2:4], x[:, 4], needed), x)
+    jacobian = jax.vmap(lambda e: linear(jnp.broadcast_to(e, x.shape))[0], out_axes=-1)(
+        jnp.eye(5, dtype=x.dtype))
+    return solved, jacobian
+
+  x = jnp.concatenate([end0, end1, radius[:, None]], -1)
+  zero = (jnp.zeros((n, 2), x.dtype), jnp.zeros(n, x.dtype))
+  (pnt, converged), jacobian = math.run_if(jnp.any(needed), (zero, jnp.zeros((n, 2, 5), x.dtype)),
+                                           with_jacobian, x)
+  dx = jnp.concatenate([tangents[0], tangents[1], tangents[2][:, None]], -1)
+  return (pnt, converged), (math.dot(jacobian, dx[:, None, :]), jnp.zeros_like(converged))
+
+
+def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array, inside: jax.Array):
+  """Wrap of a 2D segment whose sidesite lies inside the geom (wrap_inside), solved where
+  ``inside`` (n,) bool.
+
+  The tendon is pulled onto the circle and touches it at one point, where its two straight
+  pieces make equal angles with the radius. Returns the point (n, 2) (both tangent points) and
+  wrapped (n,) bool; the arc length is zero. Where Newton's method does not converge, MuJoCo
+  keeps its initial guess, the direction of the segment's midpoint.
+  """
+  ok = _inside_setup(end0, end1, radius)[3]
+  default = _unit(0.5 * (end0 + end1)) * radius[:, None]
+  pnt, converged = _inside_point(end0, end1, radius, inside)
+  return jnp.where(converged[:, None] > 0, pnt, default), ok
 
 
 # ------------------------------------------------------------------------------------------------
