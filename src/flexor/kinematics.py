@@ -442,6 +442,24 @@ def jac(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array):
   return jacp * moves[..., None], ang * moves[..., None]
 
 
+@jax.custom_jvp
+def _along_dofs(wrench: jax.Array, cdof: jax.Array) -> jax.Array:
+  """wrench @ cdof.T (n, nv) for wrench (n, 6) and cdof (nv, 6).
+
+  As six multiply-adds that fuse into one loop: under vmap a batched product of such small
+  matrices costs several times more on a CPU. The derivative is written as the two products,
+  because reverse mode through the broadcasts would reduce over them, each a slow kernel of
+  its own on XLA's CPU backend, where the products transpose into products."""
+  return sum(wrench[:, None, k] * cdof[None, :, k] for k in range(6))
+
+
+@_along_dofs.defjvp
+def _along_dofs_jvp(primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Array, jax.Array]):
+  wrench, cdof = primals
+  dwrench, dcdof = tangents
+  return _along_dofs(wrench, cdof), dwrench @ cdof.T + wrench @ dcdof.T
+
+
 def jac_along(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array,
               lin: jax.Array, rot: jax.Array | None = None) -> jax.Array:
   """Jacobians (n, nv) of lin . (point velocity) + rot . (body angular velocity) for points
@@ -450,7 +468,7 @@ def jac_along(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array,
   offset = point - d.subtree_com[jnp.asarray(m.body_rootid)[body]]
   ang = math.cross(offset, lin) if rot is None else math.cross(offset, lin) + rot
   moves = jnp.asarray(m.body_dof, dtype=d.cdof.dtype)[body]
-  return (jnp.concatenate([ang, lin], axis=-1) @ d.cdof.T) * moves
+  return _along_dofs(jnp.concatenate([ang, lin], axis=-1), d.cdof) * moves
 
 
 def normal_jac(m: Model, d: Data, point: jax.Array, normal: jax.Array,

@@ -602,14 +602,19 @@ def tendon(m: Model, d: Data) -> Data:
                                 jnp.zeros((1, 3), dtype=dtype)])
       if path.seg_span.size:
         ends = points[path.seg_src]                                   # (nseg, 2, 3)
-        jacp, _ = kinematics.jac(m, d, ends.reshape(-1, 3), path.seg_body.reshape(-1))
-        jacp = jacp.reshape(len(path.seg_span), 2, m.nv, 3)
-        unit = _unit(ends[:, 1] - ends[:, 0])
-        rows = jnp.einsum("svk,sk->sv", jacp[:, 1] - jacp[:, 0], unit)
         used = wrapped[path.seg_span] == path.seg_wrapped
         scale = jnp.where(used, 1.0 / divisor[path.seg_span], 0.0)
-        ten_J = ten_J + _segment_sum(rows * scale[:, None], path.span_ten[path.seg_span],
-                                     m.ntendon)
+        # a piece's length changes at unit . (end 1's velocity - end 0's); stacked rather than
+        # broadcast against (-1, 1), whose reverse mode would be a slow reduction
+        pull = scale[:, None] * _unit(ends[:, 1] - ends[:, 0])
+        pull = jnp.stack([-pull, pull], axis=1).reshape(-1, 3)        # (2 nseg, 3)
+        ends, body = ends.reshape(-1, 3), path.seg_body.reshape(-1)
+        ten = np.repeat(path.span_ten[path.seg_span], 2)
+        mobile = m.body_dof[body].any(axis=1)                         # ends that can move
+        if mobile.any():
+          keep = slice(None) if mobile.all() else np.flatnonzero(mobile)
+          rows = kinematics.jac_along(m, d, ends[keep], body[keep], pull[keep])
+          ten_J = ten_J + _segment_sum(rows, ten[keep], m.ntendon)
       wrapadr, wrapnum, wrap_obj, wrap_xpos = _path_points(m, path, points, wrapped)
   return d.replace(ten_length=length, ten_J=ten_J, ten_wrapadr=wrapadr, ten_wrapnum=wrapnum,
                    wrap_obj=wrap_obj, wrap_xpos=wrap_xpos)
