@@ -38,8 +38,8 @@ Wrapping follows MuJoCo 4.0.0, measured black-box where it departs from the C so
   phi = pi/2.
 
 Gradients: both branches of every traced choice are finite; the Newton solve of ``wrap_inside`` is
-differentiated implicitly (one Newton correction at the converged point), not through its
-iterations.
+differentiated implicitly (the implicit function theorem at the converged point), not through its
+iterations, and runs only where some span of the batch has its sidesite inside the geom.
 """
 
 from __future__ import annotations
@@ -185,104 +185,131 @@ def _safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
   return a / jnp.where(b == 0, 1.0, b)
 
 
-def _cross2(u: jax.Array, v: jax.Array) -> jax.Array:
-  """z-component of the cross product of 2D vectors (..., 2)."""
-  return u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]
+# 2D points in a wrap plane are pairs (x, y) of (n,) arrays rather than (n, 2) arrays: reverse
+# mode through the component slices of an array pads and adds every one, a kernel each on
+# XLA's CPU backend, where on pairs it stays elementwise.
+Vec2 = tuple[jax.Array, jax.Array]
 
 
-def _dot(u: jax.Array, v: jax.Array) -> jax.Array:
-  return jnp.sum(u * v, axis=-1)
+def _dot2(u: Vec2, v: Vec2) -> jax.Array:
+  return u[0] * v[0] + u[1] * v[1]
+
+
+def _cross2(u: Vec2, v: Vec2) -> jax.Array:
+  """z-component of the cross product of 2D vectors."""
+  return u[0] * v[1] - u[1] * v[0]
+
+
+def _sub2(u: Vec2, v: Vec2) -> Vec2:
+  return u[0] - v[0], u[1] - v[1]
+
+
+def _where2(cond: jax.Array, u: Vec2, v: Vec2) -> Vec2:
+  return jnp.where(cond, u[0], v[0]), jnp.where(cond, u[1], v[1])
+
+
+def _norm2(u: Vec2) -> jax.Array:
+  """|u| with a finite (zero) gradient at 0, as ``math.safe_norm``."""
+  sq = _dot2(u, u)
+  nonzero = sq > 0
+  return jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, sq, 1.0)), 0.0)
+
+
+def _unit2(u: Vec2) -> Vec2:
+  """u / |u|; (1, 0) where |u| < mjMINVAL (mju_normalize)."""
+  n = _norm2(u)
+  small = n < _MINVAL
+  inv = 1.0 / jnp.where(small, 1.0, n)
+  return jnp.where(small, 1.0, u[0] * inv), jnp.where(small, 0.0, u[1] * inv)
 
 
 # ------------------------------------------------------------------------------------------------
 # 2D wrapping (engine_util_misc.c)
 
 
-def _is_intersect(p1: jax.Array, p2: jax.Array, p3: jax.Array, p4: jax.Array) -> jax.Array:
-  """Whether 2D segments p1-p2 and p3-p4 (..., 2) intersect (is_intersect); (...,) bool."""
-  det = (p4[..., 1] - p3[..., 1]) * (p2[..., 0] - p1[..., 0]) - (
-      p4[..., 0] - p3[..., 0]) * (p2[..., 1] - p1[..., 1])
+def _is_intersect(p1: Vec2, p2: Vec2, p3: Vec2, p4: Vec2) -> jax.Array:
+  """Whether 2D segments p1-p2 and p3-p4 intersect (is_intersect); (n,) bool."""
+  det = (p4[1] - p3[1]) * (p2[0] - p1[0]) - (p4[0] - p3[0]) * (p2[1] - p1[1])
   ok = jnp.abs(det) >= _MINVAL
   det = jnp.where(ok, det, 1.0)
-  a = ((p4[..., 0] - p3[..., 0]) * (p1[..., 1] - p3[..., 1])
-       - (p4[..., 1] - p3[..., 1]) * (p1[..., 0] - p3[..., 0])) / det
-  b = ((p2[..., 0] - p1[..., 0]) * (p1[..., 1] - p3[..., 1])
-       - (p2[..., 1] - p1[..., 1]) * (p1[..., 0] - p3[..., 0])) / det
+  a = ((p4[0] - p3[0]) * (p1[1] - p3[1]) - (p4[1] - p3[1]) * (p1[0] - p3[0])) / det
+  b = ((p2[0] - p1[0]) * (p1[1] - p3[1]) - (p2[1] - p1[1]) * (p1[0] - p3[0])) / det
   return ok & (a >= 0) & (a <= 1) & (b >= 0) & (b <= 1)
 
 
-def _circle_angle(p0: jax.Array, p1: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Angle in [0, pi] between 2D points (..., 2) and the sign term of length_circle."""
-  cross = p0[..., 1] * p1[..., 0] - p0[..., 0] * p1[..., 1]
-  y, x = jnp.abs(cross), _dot(p0, p1)
+def _circle_angle(p0: Vec2, p1: Vec2) -> tuple[jax.Array, jax.Array]:
+  """Angle in [0, pi] between 2D points and the sign term of length_circle."""
+  cross = p0[1] * p1[0] - p0[0] * p1[1]
+  y, x = jnp.abs(cross), _dot2(p0, p1)
   origin = (y == 0) & (x == 0)   # atan2 has no gradient there
   return jnp.arctan2(jnp.where(origin, 0.0, y), jnp.where(origin, 1.0, x)), cross
 
 
-def _length_circle(p0: jax.Array, p1: jax.Array, ind: jax.Array, radius: jax.Array) -> jax.Array:
-  """Arc length from p0 to p1 (..., 2) on a circle, clockwise for ind 0 (length_circle)."""
-  angle, cross = _circle_angle(p0, p1)
-  flip = ((cross > 0) & ind) | ((cross < 0) & ~ind)
-  return radius * jnp.where(flip, 2 * jnp.pi - angle, angle)
-
-
-def _behind(side: jax.Array, end0: jax.Array, end1: jax.Array) -> jax.Array:
+def _behind(side: Vec2, end0: Vec2, end1: Vec2) -> jax.Array:
   """Whether the 2D side point lies in the closed cone spanned by -end0 and -end1, i.e. behind
   the circle as seen from the segment end0-end1 (MuJoCo 4.0's sidesite test, measured)."""
   ce = _cross2(end0, end1)
-  cone = (_cross2(-end0, side) * ce >= 0) & (_cross2(side, -end1) * ce >= 0)
-  return jnp.where(ce == 0, _dot(end0, end1) < 0, cone)
+  neg0, neg1 = (-end0[0], -end0[1]), (-end1[0], -end1[1])
+  cone = (_cross2(neg0, side) * ce >= 0) & (_cross2(side, neg1) * ce >= 0)
+  return jnp.where(ce == 0, _dot2(end0, end1) < 0, cone)
 
 
-def _wrap_circle(end0: jax.Array, end1: jax.Array, side: jax.Array, has_side: jax.Array,
-                 radius: jax.Array):
+def _tangents(end0: Vec2, end1: Vec2, radius: jax.Array, sgn: float):
+  """The tangent points from end0 and end1 to the circle on one side (sgn = +1 or -1)."""
+  sqrad = radius * radius
+  sq0, sq1 = _dot2(end0, end0), _dot2(end1, end1)
+  r0 = sgn * radius * math.safe_sqrt(sq0 - sqrad)
+  r1 = sgn * radius * math.safe_sqrt(sq1 - sqrad)
+  s0 = (_safe_div(end0[0] * sqrad + r0 * end0[1], sq0),
+        _safe_div(end0[1] * sqrad - r0 * end0[0], sq0))
+  s1 = (_safe_div(end1[0] * sqrad - r1 * end1[1], sq1),
+        _safe_div(end1[1] * sqrad + r1 * end1[0], sq1))
+  return s0, s1
+
+
+def _wrap_circle(end0: Vec2, end1: Vec2, side: Vec2, has_side: jax.Array, radius: jax.Array):
   """Shortest (or sidesite-directed) wrap of a 2D segment around a circle (wrap_circle).
 
   Args:
-    end0, end1: (n, 2) endpoints in the wrap plane.
-    side: (n, 2) sidesite direction scaled to the radius (ignored where not has_side).
+    end0, end1: endpoints in the wrap plane, (n,) pairs.
+    side: sidesite direction scaled to the radius (ignored where not has_side).
     has_side: (n,) bool.
     radius: (n,).
   Returns:
-    length (n,) of the arc, tangent points (n, 2) twice, wrapped (n,) bool (MuJoCo's length >= 0).
+    length (n,) of the arc, the two tangent points, wrapped (n,) bool (MuJoCo's length >= 0).
   """
   sqrad = radius * radius
-  sqlen0, sqlen1 = _dot(end0, end0), _dot(end1, end1)
-  dif = end1 - end0
-  dd = _dot(dif, dif)
-  ok = (sqlen0 >= sqrad) & (sqlen1 >= sqrad) & (radius >= _MINVAL) & (dd >= _MINVAL)
+  dif = _sub2(end1, end0)
+  dd = _dot2(dif, dif)
+  ok = ((_dot2(end0, end0) >= sqrad) & (_dot2(end1, end1) >= sqrad) & (radius >= _MINVAL)
+        & (dd >= _MINVAL))
 
   # nearest point of the segment to the centre: does the segment cross the circle?
-  a = jnp.clip(-_safe_div(_dot(dif, end0), dd), 0.0, 1.0)
-  tmp = a[:, None] * dif + end0
-  crosses = ~(_dot(tmp, tmp) > sqrad)
+  a = jnp.clip(-_safe_div(_dot2(dif, end0), dd), 0.0, 1.0)
+  near = (a * dif[0] + end0[0], a * dif[1] + end0[1])
+  crosses = ~(_dot2(near, near) > sqrad)
   behind = has_side & _behind(side, end0, end1)
   ok = ok & (crosses | behind)
 
-  # the two candidate pairs of tangent points, stacked on a leading axis of 2 (sgn = +1, -1)
-  sgn_r = jnp.array([[1.0], [-1.0]], dtype=end0.dtype) * radius[None]
-  e0x, e0y, e1x, e1y = (x[None] for x in (end0[:, 0], end0[:, 1], end1[:, 0], end1[:, 1]))
-  sqrt0, sqrt1 = math.safe_sqrt(sqlen0 - sqrad)[None], math.safe_sqrt(sqlen1 - sqrad)[None]
-  sq, l0, l1 = sqrad[None], sqlen0[None], sqlen1[None]
-  s0 = jnp.stack([_safe_div(e0x * sq + sgn_r * e0y * sqrt0, l0),
-                  _safe_div(e0y * sq - sgn_r * e0x * sqrt0, l0)], -1)   # (2, n, 2)
-  s1 = jnp.stack([_safe_div(e1x * sq - sgn_r * e1y * sqrt1, l1),
-                  _safe_div(e1y * sq + sgn_r * e1x * sqrt1, l1)], -1)
-  isect = _is_intersect(end0[None], s0, end1[None], s1)      # (2, n)
-  good = jnp.where(isect, -10000.0, -_dot(s0 - s1, s0 - s1))
+  # the two candidate pairs of tangent points
+  plus, minus = _tangents(end0, end1, radius, 1.0), _tangents(end0, end1, radius, -1.0)
+  isect = [_is_intersect(end0, s0, end1, s1) for s0, s1 in (plus, minus)]
+  good = [jnp.where(i, -10000.0, -_dot2(_sub2(s0, s1), _sub2(s0, s1)))
+          for i, (s0, s1) in zip(isect, (plus, minus))]
 
   # behind: wrap on the sidesite's side of the segment; else the smaller chord (ties: second)
   turn = jnp.where(behind, _cross2(dif, side), 0.0)
   first = jnp.where(turn != 0, turn > 0, good[0] > good[1])
-  p0 = jnp.where(first[:, None], s0[0], s0[1])
-  p1 = jnp.where(first[:, None], s1[0], s1[1])
+  p0 = _where2(first, plus[0], minus[0])
+  p1 = _where2(first, plus[1], minus[1])
   ok = ok & ~jnp.where(first, isect[0], isect[1])
   # with a sidesite not behind the geom, MuJoCo 4.0 takes the shorter arc between the tangent
   # points (measured; it differs from the chosen solution's arc only when a site lies on the
-  # circle)
-  short = radius * _circle_angle(p0, p1)[0]
-  length = jnp.where(has_side & ~behind, short, _length_circle(p0, p1, ~first, radius))
-  return length, p0, p1, ok
+  # circle); else the arc from p0 to p1, clockwise for the first solution (length_circle)
+  angle, cross = _circle_angle(p0, p1)
+  flip = ((cross > 0) & ~first) | ((cross < 0) & first)
+  arc = jnp.where(has_side & ~behind, angle, jnp.where(flip, 2 * jnp.pi - angle, angle))
+  return radius * arc, p0, p1, ok
 
 
 def _inside_angle(A: jax.Array, B: jax.Array, G: jax.Array, phi: jax.Array) -> jax.Array:
@@ -355,17 +382,17 @@ def _inside_root_jvp(primals, tangents):
   return phi, -df / jnp.where(slope < 0, slope, -1.0)
 
 
-def _inside_setup(end0: jax.Array, end1: jax.Array, radius: jax.Array):
+def _inside_setup(end0: Vec2, end1: Vec2, radius: jax.Array):
   """wrap_inside's triangle: A = r/|end0|, B = r/|end1| and cos G of the angle between the ends,
   (n,) each, with whether a wrap exists (ok) and needs Newton's method (solve), (n,) bool."""
-  len0, len1 = math.safe_norm(end0), math.safe_norm(end1)
-  dif = end1 - end0
-  dd = _dot(dif, dif)
+  len0, len1 = _norm2(end0), _norm2(end1)
+  dif = _sub2(end1, end0)
+  dd = _dot2(dif, dif)
   ok = ((len0 > radius) & (len1 > radius) & (radius >= _MINVAL) & (len0 >= _MINVAL)
         & (len1 >= _MINVAL))
-  a = -_safe_div(_dot(dif, end0), dd)
-  near = end0 + a[:, None] * dif
-  ok = ok & ~((dd > _MINVAL) & (a > 0) & (a < 1) & (math.safe_norm(near) <= radius))
+  a = -_safe_div(_dot2(dif, end0), dd)
+  near = (end0[0] + a * dif[0], end0[1] + a * dif[1])
+  ok = ok & ~((dd > _MINVAL) & (a > 0) & (a < 1) & (_norm2(near) <= radius))
   # Where ok, A, B < 1; elsewhere use harmless values so nothing below is NaN.
   A = jnp.where(ok, radius / jnp.where(ok, len0, 1.0), 0.5)
   B = jnp.where(ok, radius / jnp.where(ok, len1, 1.0), 0.5)
@@ -374,9 +401,9 @@ def _inside_setup(end0: jax.Array, end1: jax.Array, radius: jax.Array):
   return A, B, cos_g, ok, ok & ~(cos_g > 1 - _MINVAL)
 
 
-def _inside_solve(end0: jax.Array, end1: jax.Array, radius: jax.Array, needed: jax.Array):
-  """The touching point (n, 2) by Newton's method where ``needed`` (n,) bool and it converges,
-  and whether it did (n,) as 1.0 or 0.0; the point is zero elsewhere."""
+def _inside_solve(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array):
+  """The touching point by Newton's method where ``needed`` (n,) bool and it converges, and
+  whether it did (n,) as 1.0 or 0.0; the point is zero elsewhere."""
   A, B, cos_g, _, solve = _inside_setup(end0, end1, radius)
   G = jnp.arccos(jnp.where(solve, cos_g, 0.0))
   phi, converged = _newton_inside(*(jax.lax.stop_gradient(x) for x in (A, B, G)),
@@ -385,59 +412,61 @@ def _inside_solve(end0: jax.Array, end1: jax.Array, radius: jax.Array, needed: j
 
   z = jnp.sin(phi)
   ccw = _cross2(end0, end1) > 0
-  vec = _unit(jnp.where(ccw[:, None], end0, end1))
+  vec = _unit2(_where2(ccw, end0, end1))
   ang = phi - jnp.where(ccw, jnp.arcsin(A * z), jnp.arcsin(B * z))
   cos, sin = jnp.cos(ang), jnp.sin(ang)
-  pnt = radius[:, None] * jnp.stack([cos * vec[:, 0] - sin * vec[:, 1],
-                                     sin * vec[:, 0] + cos * vec[:, 1]], -1)
-  return jnp.where(converged[:, None], pnt, 0.0), converged.astype(pnt.dtype)
+  pnt = (radius * (cos * vec[0] - sin * vec[1]), radius * (sin * vec[0] + cos * vec[1]))
+  return _where2(converged, pnt, (0.0, 0.0)), converged.astype(radius.dtype)
 
 
 @jax.custom_jvp
-def _inside_point(end0: jax.Array, end1: jax.Array, radius: jax.Array, needed: jax.Array):
+def _inside_point(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array):
   """``_inside_solve``, run only where some span of the batch needs it (``math.run_if``):
   sidesites inside their geoms are rare, and the solve's transcendentals cost more than the
   rest of a wrap. Differentiated by its rule below, which runs the same gate."""
-  n = len(radius)
-  return math.run_if(jnp.any(needed), (jnp.zeros((n, 2), end0.dtype), jnp.zeros(n, end0.dtype)),
-                     _inside_solve, end0, end1, radius, needed)
+  zero = jnp.zeros_like(radius)
+  return math.run_if(jnp.any(needed), ((zero, zero), zero), _inside_solve, end0, end1, radius,
+                     needed)
 
 
 @_inside_point.defjvp
 def _inside_point_jvp(primals, tangents):
   end0, end1, radius, needed = primals
-  n = len(radius)
 
   def with_jacobian(x: jax.Array):
     """The solve at x = [end0, end1, radius] (n, 5) and each span's Jacobian (n, 2, 5): spans
     are independent, so one tangent direction per input component gives it."""
-    solved, linear = jax.linearize(
-        lambda x: _inside_solve(x[:, :2], x[:, 2:4], x[:, 4], needed), x)
+    def solve(x):
+      pnt, converged = _inside_solve((x[:, 0], x[:, 1]), (x[:, 2], x[:, 3]), x[:, 4], needed)
+      return jnp.stack(pnt, -1), converged
+    (pnt, converged), linear = jax.linearize(solve, x)
     jacobian = jax.vmap(lambda e: linear(jnp.broadcast_to(e, x.shape))[0], out_axes=-1)(
         jnp.eye(5, dtype=x.dtype))
-    return solved, jacobian
+    return ((pnt[:, 0], pnt[:, 1]), converged), jacobian
 
-  x = jnp.concatenate([end0, end1, radius[:, None]], -1)
-  zero = (jnp.zeros((n, 2), x.dtype), jnp.zeros(n, x.dtype))
-  (pnt, converged), jacobian = math.run_if(jnp.any(needed), (zero, jnp.zeros((n, 2, 5), x.dtype)),
-                                           with_jacobian, x)
-  dx = jnp.concatenate([tangents[0], tangents[1], tangents[2][:, None]], -1)
-  return (pnt, converged), (math.dot(jacobian, dx[:, None, :]), jnp.zeros_like(converged))
+  x = jnp.stack([*end0, *end1, radius], -1)
+  zero = jnp.zeros_like(radius)
+  ((pnt, converged), jacobian) = math.run_if(
+      jnp.any(needed), (((zero, zero), zero), jnp.zeros(radius.shape + (2, 5), x.dtype)),
+      with_jacobian, x)
+  dx = (*tangents[0], *tangents[1], tangents[2])
+  dpnt = tuple(sum(jacobian[:, i, j] * dx[j] for j in range(5)) for i in range(2))
+  return (pnt, converged), (dpnt, jnp.zeros_like(converged))
 
 
-def _wrap_inside(end0: jax.Array, end1: jax.Array, radius: jax.Array, inside: jax.Array):
+def _wrap_inside(end0: Vec2, end1: Vec2, radius: jax.Array, inside: jax.Array):
   """Wrap of a 2D segment whose sidesite lies inside the geom (wrap_inside), solved where
   ``inside`` (n,) bool.
 
   The tendon is pulled onto the circle and touches it at one point, where its two straight
-  pieces make equal angles with the radius. Returns the point (n, 2) (both tangent points) and
+  pieces make equal angles with the radius. Returns the point (both tangent points) and
   wrapped (n,) bool; the arc length is zero. Where Newton's method does not converge, MuJoCo
   keeps its initial guess, the direction of the segment's midpoint.
   """
   ok = _inside_setup(end0, end1, radius)[3]
-  default = _unit(0.5 * (end0 + end1)) * radius[:, None]
+  mid = _unit2((0.5 * (end0[0] + end1[0]), 0.5 * (end0[1] + end1[1])))
   pnt, converged = _inside_point(end0, end1, radius, inside)
-  return jnp.where(converged[:, None] > 0, pnt, default), ok
+  return _where2(converged > 0, pnt, (mid[0] * radius, mid[1] * radius)), ok
 
 
 # ------------------------------------------------------------------------------------------------
@@ -474,49 +503,73 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
     wlen (n,) length on the geom, t0 and t1 (n, 3) world tangent points, wrapped (n,) bool
     (MuJoCo's wlen >= 0).
   """
-  p0 = math.mat_t_vec(mat, x0 - pos)
-  p1 = math.mat_t_vec(mat, x1 - pos)
-  off_centre = (math.safe_norm(p0) >= _MINVAL) & (math.safe_norm(p1) >= _MINVAL)
+  # the three points in the geom's frame by one product (and the tangent points back by one):
+  # each use of the frame's rows is a pad and an add in reverse mode, and XLA fuses the wrap's
+  # backward pass into them, a slow scalar loop (measured)
+  local = math.mat_t_vec(mat[:, None], jnp.stack([x0, x1, side], 1) - pos[:, None])
+  p0, p1, s = local[:, 0], local[:, 1], local[:, 2]
+  # components as sums against the axes rather than slices, for the same reason
+  basis = np.eye(3, dtype=p0.dtype)
+  p0c, p1c, sc = ([jnp.sum(v * basis[None, i], axis=-1) for i in range(3)] for v in (p0, p1, s))
+
+  def norm3(c: list[jax.Array]) -> jax.Array:   # for comparisons only: no gradient flows
+    return jnp.sqrt(c[0] * c[0] + c[1] * c[1] + c[2] * c[2])
+
+  off_centre = (norm3(p0c) >= _MINVAL) & (norm3(p1c) >= _MINVAL)
   # the wrap plane: the cylinder's cross-section, or the plane of the sphere's centre and sites
-  axis0 = jnp.zeros_like(p0).at[:, 0].set(1.0)
-  axis1 = jnp.zeros_like(p0).at[:, 1].set(1.0)
-  if not cylinder.all():
+  if cylinder.all():
+    def project(c: list[jax.Array]) -> Vec2:
+      return c[0], c[1]
+
+    def lift(q: Vec2) -> list[jax.Array]:
+      return [q[0], q[1], jnp.zeros_like(q[0])]
+  else:
     sphere0, sphere1 = _sphere_plane(p0, p1)
-    axis0 = jnp.where(cylinder[:, None], axis0, sphere0)
-    axis1 = jnp.where(cylinder[:, None], axis1, sphere1)
-  end0 = jnp.stack([_dot(p0, axis0), _dot(p0, axis1)], -1)
-  end1 = jnp.stack([_dot(p1, axis0), _dot(p1, axis1)], -1)
-  s = math.mat_t_vec(mat, side - pos)
-  sd = _unit(jnp.stack([_dot(s, axis0), _dot(s, axis1)], -1)) * radius[:, None]
+    axis0 = jnp.where(cylinder[:, None], jnp.array([[1.0, 0.0, 0.0]], p0.dtype), sphere0)
+    axis1 = jnp.where(cylinder[:, None], jnp.array([[0.0, 1.0, 0.0]], p0.dtype), sphere1)
+    axis0c, axis1c = ([jnp.sum(a * basis[None, i], axis=-1) for i in range(3)]
+                      for a in (axis0, axis1))
+
+    def project(c: list[jax.Array]) -> Vec2:
+      return (sum(ci * ai for ci, ai in zip(c, axis0c)),
+              sum(ci * ai for ci, ai in zip(c, axis1c)))
+
+    def lift(q: Vec2) -> list[jax.Array]:
+      return [axis0c[i] * q[0] + axis1c[i] * q[1] for i in range(3)]
+  end0, end1 = project(p0c), project(p1c)
+  sd = _unit2(project(sc))
+  sd = (sd[0] * radius, sd[1] * radius)
 
   wlen, c0, c1, ok = _wrap_circle(end0, end1, sd, has_side, radius)
-  inside = has_side & (math.safe_norm(s) < radius)
+  inside = has_side & (norm3(sc) < radius)
   # only spans with a sidesite can wrap inside: where that is static, solve only those
-  sub = np.flatnonzero(has_side) if isinstance(has_side, np.ndarray) else np.arange(len(radius))
-  q, ok_inside = jnp.zeros_like(c0), jnp.zeros_like(ok)
-  if sub.size:
-    q_sub, ok_sub = _wrap_inside(end0[sub], end1[sub], radius[sub], inside[sub])
-    q, ok_inside = q.at[sub].set(q_sub), ok_inside.at[sub].set(ok_sub)
+  if not isinstance(has_side, np.ndarray) or has_side.all():
+    q, ok_inside = _wrap_inside(end0, end1, radius, inside)
+  else:
+    sub = np.flatnonzero(has_side)
+    q, ok_inside = (jnp.zeros_like(radius), jnp.zeros_like(radius)), jnp.zeros_like(ok)
+    if sub.size:
+      q_sub, ok_sub = _wrap_inside((end0[0][sub], end0[1][sub]), (end1[0][sub], end1[1][sub]),
+                                   radius[sub], inside[sub])
+      q = (q[0].at[sub].set(q_sub[0]), q[1].at[sub].set(q_sub[1]))
+      ok_inside = ok_inside.at[sub].set(ok_sub)
   wlen = jnp.where(inside, 0.0, wlen)
-  q0 = jnp.where(inside[:, None], q, c0)
-  q1 = jnp.where(inside[:, None], q, c1)
+  res0, res1 = lift(_where2(inside, q, c0)), lift(_where2(inside, q, c1))
   wrapped = off_centre & jnp.where(inside, ok_inside, ok)
 
-  res0 = axis0 * q0[:, :1] + axis1 * q0[:, 1:]
-  res1 = axis0 * q1[:, :1] + axis1 * q1[:, 1:]
   if cylinder.any():
     # the tangent points' heights interpolate the sites' along the unrolled path: a helix
-    l0 = math.safe_norm(p0[:, :2] - res0[:, :2])
-    l1 = math.safe_norm(p1[:, :2] - res1[:, :2])
+    l0 = _norm2((p0c[0] - res0[0], p0c[1] - res0[1]))
+    l1 = _norm2((p1c[0] - res1[0], p1c[1] - res1[1]))
     total = l0 + wlen + l1
-    rise = p1[:, 2] - p0[:, 2]
-    z0 = p0[:, 2] + rise * _safe_div(l0, total)
-    z1 = p0[:, 2] + rise * _safe_div(l0 + wlen, total)
-    res0 = jnp.where(cylinder[:, None], res0.at[:, 2].set(z0), res0)
-    res1 = jnp.where(cylinder[:, None], res1.at[:, 2].set(z1), res1)
-    wlen = jnp.where(cylinder, math.safe_norm(jnp.stack([wlen, jnp.abs(z1 - z0)], -1)), wlen)
-  t0 = math.mat_vec(mat, res0) + pos
-  t1 = math.mat_vec(mat, res1) + pos
+    rise = p1c[2] - p0c[2]
+    z0 = p0c[2] + rise * _safe_div(l0, total)
+    z1 = p0c[2] + rise * _safe_div(l0 + wlen, total)
+    res0[2] = math.static_where(cylinder, z0, res0[2])
+    res1[2] = math.static_where(cylinder, z1, res1[2])
+    wlen = math.static_where(cylinder, _norm2((wlen, jnp.abs(z1 - z0))), wlen)
+  world = math.mat_vec(mat[:, None], jnp.stack([jnp.stack(res0, -1), jnp.stack(res1, -1)], 1))
+  t0, t1 = world[:, 0] + pos, world[:, 1] + pos
   return wlen, t0, t1, wrapped
 
 
