@@ -254,7 +254,7 @@ def _behind(side: Vec2, end0: Vec2, end1: Vec2) -> jax.Array:
   return jnp.where(ce == 0, _dot2(end0, end1) < 0, cone)
 
 
-def _tangents(end0: Vec2, end1: Vec2, radius: jax.Array, sgn: float):
+def _tangents(end0: Vec2, end1: Vec2, radius: jax.Array, sgn: float) -> tuple[Vec2, Vec2]:
   """The tangent points from end0 and end1 to the circle on one side (sgn = +1 or -1)."""
   sqrad = radius * radius
   sq0, sq1 = _dot2(end0, end0), _dot2(end1, end1)
@@ -433,7 +433,7 @@ def _inside_point(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array):
 def _inside_point_jvp(primals, tangents):
   end0, end1, radius, needed = primals
 
-  def with_jacobian(x: jax.Array):
+  def with_jacobian(x: jax.Array) -> tuple[tuple[Vec2, jax.Array], jax.Array]:
     """The solve at x = [end0, end1, radius] (n, 5) and each span's Jacobian (n, 2, 5): spans
     are independent, so one tangent direction per input component gives it."""
     def solve(x):
