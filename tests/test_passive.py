@@ -22,7 +22,7 @@ import pytest
 import passive_support as P
 import smooth_support as S
 import support
-from flexor import forward, make_data
+from flexor import fluid, forward, load_mjcf_string, make_data
 from flexor.integrate import integrate_pos, step
 from flexor.mjcf.from_mujoco import from_mujoco
 from flexor.forward import fwd_velocity
@@ -187,6 +187,28 @@ def test_own_fluid_model_selects_per_body():
   np.logical_or.at(uses, m.geom_bodyid, m.geom_fluid[:, 0] > 0)
   assert uses[m.body("tail").id] and not uses[m.body("boxy").id]
   assert np.abs(fluid_case().expected["qfrc_fluid"]).max() > 1e-3
+
+
+def test_ellipsoid_code_only_for_ellipsoid_geoms(monkeypatch: pytest.MonkeyPatch):
+  """geom_fluidellipsoid, the static set of geoms that get the ellipsoid model's code, is MuJoCo's
+  fluidshape="ellipsoid" (geom_fluid[:, 0] > 0 as compiled), from flexor's compiler and from an
+  MjModel alike; a traced Model without such geoms traces none of that model."""
+  mj = P.own_model("fluid")
+  expected = mj.geom_fluid[:, 0] > 0
+  assert expected.any() and not expected.all()
+  np.testing.assert_array_equal(from_mujoco(mj).geom_fluidellipsoid, expected)
+  np.testing.assert_array_equal(load_mjcf_string(P.OWN["fluid"]).geom_fluidellipsoid, expected)
+
+  traced = []
+  ellipsoid = fluid._ellipsoid
+  monkeypatch.setattr(fluid, "_ellipsoid", lambda m, d, geoms: traced.append(geoms) or
+                      ellipsoid(m, d, geoms))
+  for xml in (P.OWN["fluid"], P.OWN["fluid"].replace('fluidshape="ellipsoid"', "")):
+    m = from_mujoco(mujoco.MjModel.from_xml_string(xml))
+    traced.clear()
+    jax.jit(lambda m, d: forward(m, d).qfrc_fluid).lower(m, make_data(m))
+    assert [list(g) for g in traced] == ([list(np.flatnonzero(expected))] if
+                                         m.geom_fluidellipsoid.any() else [])
 
 
 CARD_XML = """

@@ -6,9 +6,12 @@ is non-zero. A body uses the ellipsoid model when at least one of its geoms has
 act on the velocity relative to ``opt.wind``, in a local frame, and are applied as a force and
 torque at a point (the body's xipos, or each geom's geom_xpos).
 
-The choice is a ``jnp.where`` per body on the traced ``geom_fluid``, so both models are evaluated
-for every body and geom: a few flops each, and gradients with respect to geom_fluid are those of
-the model MuJoCo would use.
+Only the geoms compiled with ``fluidshape="ellipsoid"`` (``geom_fluidellipsoid``, static) are
+evaluated in the ellipsoid model: a model without them compiles none of it, which was a fifth of
+the muscle arm's compile time. Among their bodies the choice is a ``jnp.where`` on the traced
+``geom_fluid[:, 0]``, as MuJoCo decides it, so gradients with respect to geom_fluid are those of
+the model MuJoCo would use. A geom outside that set stays in the inertia-box model even if its
+``geom_fluid[:, 0]`` is later made positive: recompile the MJCF to give it the ellipsoid model.
 
 ``geom_fluid`` row layout (mjNFLUID = 12), written by MuJoCo's compiler:
   0  interaction coefficient: scales all forces of the geom (1 for fluidshape="ellipsoid")
@@ -86,11 +89,12 @@ def _inertia_box(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
   return force, torque
 
 
-def _semiaxes(m: Model) -> jax.Array:
-  """Semi-axes (ngeom, 3) of each geom's equivalent ellipsoid, m (mju_geomSemiAxes)."""
-  size = m.geom_size
+def _semiaxes(m: Model, geoms: np.ndarray) -> jax.Array:
+  """Semi-axes (k, 3) of the equivalent ellipsoids of the static geom ids ``geoms`` (k,), m
+  (mju_geomSemiAxes)."""
+  size = m.geom_size[geoms]
   r, h = size[:, 0], size[:, 1]
-  gtype = m.geom_type[:, None]
+  gtype = m.geom_type[geoms, None]
   sphere = jnp.stack([r, r, r], axis=-1)
   capsule = jnp.stack([r, r, h + r], axis=-1)
   cylinder = jnp.stack([r, r, h], axis=-1)
@@ -175,26 +179,28 @@ def _viscous(lang: jax.Array, llin: jax.Array, density: jax.Array, viscosity: ja
   return -drag_ang * lang, magnus_force + kutta_force - drag_lin * llin
 
 
-def _ellipsoid(m: Model, d: Data) -> tuple[jax.Array, jax.Array]:
-  """Ellipsoid model (mj_ellipsoidFluidModel): world force and torque (nbody, 3) at xipos.
+def _ellipsoid(m: Model, d: Data, geoms: np.ndarray) -> tuple[jax.Array, jax.Array]:
+  """Ellipsoid model (mj_ellipsoidFluidModel) of the static geom ids ``geoms`` (k,): world force
+  and torque (nbody, 3) at xipos.
 
   Each geom is its equivalent ellipsoid (``_semiaxes``) with the coefficients of its geom_fluid
   row; its force and torque, computed in the geom frame and applied at geom_xpos, are summed per
   body as a force and a torque about the body's xipos.
   """
   opt = m.opt
-  fluid = m.geom_fluid
-  body = m.geom_bodyid
-  lang, llin = _local_velocity(m, d, body, d.geom_xpos, d.geom_xmat)
+  fluid = m.geom_fluid[geoms]
+  body = m.geom_bodyid[geoms]
+  pos, rot = d.geom_xpos[geoms], d.geom_xmat[geoms]
+  lang, llin = _local_velocity(m, d, body, pos, rot)
   torque, force = _added_mass(lang, llin, opt.density, fluid[:, 6:9], fluid[:, 9:12])
-  vis_torque, vis_force = _viscous(lang, llin, opt.density, opt.viscosity, _semiaxes(m),
+  vis_torque, vis_force = _viscous(lang, llin, opt.density, opt.viscosity, _semiaxes(m, geoms),
                                    fluid[:, 1:6])
   scale = fluid[:, 0:1]
   torque = (torque + vis_torque) * scale
   force = (force + vis_force) * scale
-  force = math.mat_vec(d.geom_xmat, force)
-  torque = math.mat_vec(d.geom_xmat, torque)
-  torque = torque + math.cross(d.geom_xpos - d.xipos[body], force)
+  force = math.mat_vec(rot, force)
+  torque = math.mat_vec(rot, torque)
+  torque = torque + math.cross(pos - d.xipos[body], force)
   seg = lambda x: jax.ops.segment_sum(x, body, num_segments=m.nbody)  # noqa: E731
   return seg(force), seg(torque)
 
@@ -232,13 +238,14 @@ def fluid_vel_deriv(m: Model, d: Data) -> jax.Array:
 def _fluid(m: Model, d: Data) -> jax.Array:
   """qfrc_fluid (nv,) in a medium with non-zero density or viscosity."""
   force, torque = _inertia_box(m, d)
-  if m.ngeom:
+  geoms = np.flatnonzero(m.geom_fluidellipsoid)
+  if geoms.size:
     uses_ellipsoid = jax.ops.segment_max(
-        jnp.asarray(m.geom_fluid[:, 0] > 0, dtype=jnp.int32), m.geom_bodyid,
+        jnp.asarray(m.geom_fluid[geoms, 0] > 0, dtype=jnp.int32), m.geom_bodyid[geoms],
         num_segments=m.nbody) > 0
     # Massless bodies get no fluid force in either model.
     uses_ellipsoid = uses_ellipsoid[:, None] & (m.body_mass >= math.MINVAL)[:, None]
-    e_force, e_torque = _ellipsoid(m, d)
+    e_force, e_torque = _ellipsoid(m, d, geoms)
     force = jnp.where(uses_ellipsoid, e_force, force)
     torque = jnp.where(uses_ellipsoid, e_torque, torque)
   return kinematics.apply_ft(m, d, force, torque, d.xipos)

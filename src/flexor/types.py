@@ -665,7 +665,9 @@ class Model(_Node):
   geom_adhesion: jax.Array = _field("ngeom", fill=0.0)  # N, contacts' pull along the normal
   geom_surfacevel: jax.Array = _field("ngeom", 6, fill=0.0)  # surface's (linear, angular)
                                                              # velocity in the geom frame
-  geom_fluid: jax.Array = _field("ngeom", 12, fill=0.0)  # ellipsoid fluid model, see passive
+  geom_fluid: jax.Array = _field("ngeom", 12, fill=0.0)  # ellipsoid fluid model, see fluid
+  geom_fluidellipsoid: np.ndarray = _field("ngeom", derived=True)  # compiled with fluidshape=
+                                                                   # "ellipsoid", see fluid
   # appearance: rays (flexor.ray) pass through geoms whose colour, or material's, is transparent
   geom_rgba: np.ndarray = _field("ngeom", 4, fill=(0.5, 0.5, 0.5, 1.0))
   geom_matid: np.ndarray = _field("ngeom", fill=-1)

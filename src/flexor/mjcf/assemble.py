@@ -312,6 +312,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   out["max_geom_pairs"] = int(f.get("max_geom_pairs", -1))
   out["flg_adhesion"] = int(np.any(out["geom_adhesion"]) or np.any(out["pair_adhesion"]))
   out["flg_surfacevel"] = int(np.any(out["geom_surfacevel"]))
+  out["geom_fluidellipsoid"] = np.asarray(out["geom_fluid"])[:, 0] > 0
   out.update(constraint_rows.layout(out, out["opt"]))
   _warn_large_layout(out, nv)
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
