@@ -74,6 +74,11 @@ _CASES = [
      "geom", "euler", "multiple orientation"),
     ("fromto_sphere", _body("<joint/><geom size='1' fromto='0 0 0 1 0 0'/>"), 4, "geom",
      "fromto", "fromto requires"),
+    ("pos_and_fromto", _body("<joint/><geom type='capsule' size='1' pos='0 1 0' "
+                             "fromto='0 0 0 1 0 0'/>"), 4, "geom", "fromto", "both pos and fromto"),
+    ("default_pos_and_fromto", _body("<joint/><site type='capsule' fromto='0 0 0 1 0 0'/>"
+                                     "<geom size='1'/>", "<default><site pos='1 0 0'/></default>"),
+     4, "site", "fromto", "both pos and fromto"),
     ("bad_keyword", _body("<joint type='hinj'/><geom size='1'/>"), 4, "joint", "type",
      "invalid keyword 'hinj'"),
     ("bad_bool", _body("<joint/><geom size='1'/>", "<compiler autolimits='yes'/>"), 1,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from lxml import etree
@@ -370,6 +370,18 @@ class TreeCompiler:
 
   # ----------------------------------------------------------------- geoms and sites
 
+  @staticmethod
+  def _fromto(r: Reader, gtype: int, pos: np.ndarray, size: Sequence[float]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """pos, quat and size of a geom or site placed by its ``fromto``. As in MuJoCo, a pos
+    (given or from a default class) must then be zero: a zero one is ignored."""
+    if np.any(pos != 0):
+      raise r.error(f"both pos and fromto defined in {r.element.tag}", "fromto")
+    try:
+      return inertia.geom_fromto(gtype, r.floats("fromto", 6), size)
+    except ValueError as e:
+      raise r.error(str(e), "fromto") from None
+
   def _geom(self, bodyid: int, element: etree._Element, frame) -> None:
     g = self.tree.geom
     r = self.reader(element)
@@ -380,13 +392,7 @@ class TreeCompiler:
     hfield_size = None
     surfacevel = np.array(r.floats("surfacevel", 6, (0.0,) * 6, at_most=True), dtype=float)
     if r.has("fromto"):
-      if r.element.get("pos") is not None and r.element.get("fromto") is not None:
-        raise r.error("both pos and fromto defined", "fromto")
-      fromto = r.floats("fromto", 6)
-      try:
-        pos, quat, size = inertia.geom_fromto(gtype, fromto, size)
-      except ValueError as e:
-        raise r.error(str(e), "fromto") from None
+      pos, quat, size = self._fromto(r, gtype, pos, size)
     if gtype == GeomType.MESH or (gtype == GeomType.SDF and r.has("mesh")):
       name = r.text("mesh")
       if name is None or name not in self.meshes:
@@ -489,11 +495,7 @@ class TreeCompiler:
     size = r.floats("size", 3, (0.005, 0.005, 0.005), at_most=True)
     pos, quat = self.pose(r)
     if r.has("fromto"):
-      fromto = r.floats("fromto", 6)
-      try:
-        pos, quat, size = inertia.geom_fromto(stype, fromto, size)
-      except ValueError as e:
-        raise r.error(str(e), "fromto") from None
+      pos, quat, size = self._fromto(r, stype, pos, size)
     pos, quat = self.in_frame(frame, pos, quat)
     for key, value in (("bodyid", bodyid), ("pos", pos), ("quat", quat), ("size", size),
                        ("type", int(stype)), ("name", element.get("name", "")),

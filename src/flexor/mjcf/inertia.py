@@ -37,7 +37,7 @@ def geom_fromto(gtype: int, fromto: Sequence[float],
   Capsules and cylinders take the half-length ``size[1]``; ellipsoids and boxes keep ``size[0]``
   for both transverse half-sizes and take the half-length as ``size[2]``, i.e. size becomes
   (size[0], size[0], half). Sites follow the same rule (mjCSite::Compile); joints have no
-  fromto in MuJoCo. The caller rejects a nonzero ``pos`` given with fromto ("both pos and fromto
+  fromto in MuJoCo. The caller rejects a nonzero ``pos`` with fromto ("both pos and fromto
   defined") and mesh geoms, as MuJoCo does.
 
   Args:
