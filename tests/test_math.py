@@ -45,6 +45,20 @@ def test_mat_vec_and_its_transpose_under_vmap():
                              np.einsum("nji,nj->ni", mat, vec), rtol=1e-13)
 
 
+def test_rows_dot_and_its_derivatives_are_the_plain_product_under_vmap():
+  rng = np.random.default_rng(3)
+  a, b = jnp.asarray(rng.standard_normal((4, 9, 6))), jnp.asarray(rng.standard_normal((4, 7, 6)))
+  rows_dot = jax.jit(jax.vmap(math.rows_dot))
+  plain = jax.vmap(lambda x, y: x @ y.T)
+  np.testing.assert_array_equal(rows_dot(a, b), plain(a, b))
+  cotangent = jnp.asarray(rng.standard_normal((4, 9, 7)))
+  for got, want in zip(jax.vjp(rows_dot, a, b)[1](cotangent), jax.vjp(plain, a, b)[1](cotangent)):
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+  tangents = (jnp.asarray(rng.standard_normal(a.shape)), jnp.asarray(rng.standard_normal(b.shape)))
+  np.testing.assert_allclose(jax.jvp(rows_dot, (a, b), tangents)[1],
+                             jax.jvp(plain, (a, b), tangents)[1], rtol=1e-13, atol=1e-13)
+
+
 def test_known_cond_traces_only_the_branch_taken_where_the_values_are_known():
   """Known values (closed over) decide while tracing: no cond, and the other branch is never
   traced; traced values (arguments, under jit, grad and vmap) keep a lax.cond with both."""

@@ -93,7 +93,7 @@ def crb(m: Model, d: Data) -> Data:
     # Spatial force of each dof's subtree moving at unit speed along that dof, (nv, 6).
     dof_force = math.inert_mul(composite[m.dof_bodyid], d.cdof)
     # full[i, j] = cdof[j] . dof_force[i]; meaningful where j is an ancestor (or self) of i.
-    full = dof_force @ d.cdof.T
+    full = math.rows_dot(dof_force, d.cdof)
     # the diagonal is part of the product too: no separate reduction
     qM = _mirrored_lower(m, full) + jnp.diag(dof_armature(m))
     if m.ntendon:
