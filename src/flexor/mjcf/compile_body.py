@@ -374,13 +374,15 @@ class TreeCompiler:
   def _fromto(r: Reader, gtype: int, pos: np.ndarray, size: Sequence[float]
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """pos, quat and size of a geom or site placed by its ``fromto``. As in MuJoCo, a pos
-    (given or from a default class) must then be zero: a zero one is ignored."""
-    if np.any(pos != 0):
-      raise r.error(f"both pos and fromto defined in {r.element.tag}", "fromto")
+    (given or from a default class) must then be zero: a zero one is ignored. The type is
+    checked first, as MuJoCo checks it."""
     try:
-      return inertia.geom_fromto(gtype, r.floats("fromto", 6), size)
+      placed = inertia.geom_fromto(gtype, r.floats("fromto", 6), size)
     except ValueError as e:
       raise r.error(str(e), "fromto") from None
+    if np.any(pos != 0):
+      raise r.error(f"both pos and fromto defined in {r.element.tag}", "fromto")
+    return placed
 
   def _geom(self, bodyid: int, element: etree._Element, frame) -> None:
     g = self.tree.geom
