@@ -86,6 +86,15 @@ SMOOTH_ONLY = (mujoco.mjtDisableBit.mjDSBL_CONTACT | mujoco.mjtDisableBit.mjDSBL
                | mujoco.mjtDisableBit.mjDSBL_ACTUATION)
 
 
+def snapshot(a: np.ndarray) -> jax.Array:
+  """A device array holding a private copy of `a` (an MjData field, say).
+
+  On CPU, JAX may wrap a suitably aligned numpy buffer without copying it, so an array made with
+  `jnp.asarray(md.qvel)` can change when a later `mj_step` writes md.qvel in place: copy first.
+  """
+  return jax.numpy.asarray(np.array(a, copy=True))
+
+
 def relerr(a: Any, b: Any) -> float:
   """max |a - b| / (1 + |b|), elementwise; 0 for empty arrays."""
   a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64).reshape(np.shape(a))

@@ -405,8 +405,8 @@ def test_adhesion_moment_averages_contact_normals(cone: str, cap: str):
   m = from_mujoco(mj)
   assert (m.nconmax < m.nconslot) == (cap != "-1")
   m = m.replace(opt=m.opt.replace(tolerance=jnp.asarray(1e-13)))
-  d = make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel),
-                           ctrl=jnp.asarray(md.ctrl))
+  d = make_data(m).replace(qpos=support.snapshot(md.qpos), qvel=support.snapshot(md.qvel),
+                           ctrl=support.snapshot(md.ctrl))
   d = jax.jit(forward)(m, d)
   moment = _dense_moment(mj, md)
   assert np.abs(moment).max() > 0.5

@@ -361,7 +361,7 @@ def _trajectory(xml: str, qvel: list[float], nstep: int, qpos_tol: float, qvel_t
   md = mujoco.MjData(mj)
   md.qvel[:] = qvel
   m = flexor.load_mjcf_string(xml)
-  d = flexor.make_data(m).replace(qvel=jnp.asarray(md.qvel))
+  d = flexor.make_data(m).replace(qvel=support.snapshot(md.qvel))
   step = jax.jit(flexor.step)
   for k in range(nstep):
     mujoco.mj_step(mj, md)
@@ -638,7 +638,7 @@ def test_cheetah_rollout_gradient_matches_finite_differences():
   md = mujoco.MjData(mj)
   for _ in range(200):  # settle onto the ground
     mujoco.mj_step(mj, md)
-  d0 = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  d0 = flexor.make_data(m).replace(qpos=support.snapshot(md.qpos), qvel=support.snapshot(md.qvel))
 
   def loss(ctrl):
     def body(d, u):

@@ -16,7 +16,7 @@ import pytest
 
 import flexor
 from flexor.mjcf.from_mujoco import from_mujoco
-from support import batched_collision, match_contacts
+from support import batched_collision, match_contacts, snapshot
 
 _NROW, _NCOL = 7, 9
 _ELEVATION = " ".join(f"{v:.3f}" for v in np.random.default_rng(0).uniform(0, 1, _NROW * _NCOL))
@@ -108,7 +108,7 @@ def test_falling_bodies_follow_mujoco():
   md.qpos[:] = _poses(1, 3, seed=2)[0]
   md.qpos[2::7] += 0.3
   md.qvel[:] = np.random.default_rng(3).normal(size=mj.nv)
-  d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  d = flexor.make_data(m).replace(qpos=snapshot(md.qpos), qvel=snapshot(md.qvel))
   step = jax.jit(flexor.step)
   touched = 0
   for i in range(200):
@@ -199,14 +199,14 @@ def test_quadruped_on_rough_terrain_follows_mujoco():
   md.qpos[2] = 0.7  # it falls onto the field (legs dug deep in would make EPA's ties matter)
   with pytest.warns(UserWarning, match="capsule-cylinder"):
     m = from_mujoco(mj)
-  d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos))
+  d = flexor.make_data(m).replace(qpos=snapshot(md.qpos))
   step = jax.jit(flexor.step)
   rng = np.random.default_rng(0)
   touched = 0
   for i in range(300):
     md.ctrl[:] = rng.uniform(-1, 1, mj.nu)
     mujoco.mj_step(mj, md)
-    d = step(m, d.replace(ctrl=jnp.asarray(md.ctrl)))
+    d = step(m, d.replace(ctrl=snapshot(md.ctrl)))
     touched = max(touched, md.ncon)
     assert int(d.ncon) == md.ncon, i
     np.testing.assert_allclose(d.qpos, md.qpos, atol=1e-5, err_msg=f"step {i}")

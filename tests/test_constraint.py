@@ -17,7 +17,7 @@ import flexor
 from flexor import constraint, kinematics, solver, solver_pgs
 from flexor.types import ConstraintType, SolverType
 
-from support import float64_values, relerr
+from support import float64_values, relerr, snapshot
 
 jax.config.update("jax_enable_x64", True)
 
@@ -204,7 +204,7 @@ def test_disable_flags(flag):
   m = flexor.load_mjcf_string(LIMITS_XML)
   m = m.replace(opt=m.opt.replace(disableflags=int(mj.opt.disableflags),
                                   tolerance=jnp.asarray(1e-13)))
-  d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  d = flexor.make_data(m).replace(qpos=snapshot(md.qpos), qvel=snapshot(md.qvel))
   # first with every row enabled, so that no active row survives the flag
   d = jax.jit(flexor.forward)(m.replace(opt=m.opt.replace(disableflags=0)), d)
   assert int(d.nefc) > md.nefc
@@ -338,7 +338,7 @@ def _perturbed_pile(options: str = "", xml: str = PILE_XML, nstep: int = 40):
   mujoco.mj_step(mj, md, nstep)
   md.qvel[:] += 0.3 * np.random.default_rng(1).normal(size=mj.nv)
   m = flexor.load_mjcf_string(xml)
-  d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  d = flexor.make_data(m).replace(qpos=snapshot(md.qpos), qvel=snapshot(md.qvel))
   return mj, md, m, d
 
 

@@ -132,7 +132,7 @@ def test_read_matches_mujoco():
   for _ in range(7):
     md.ctrl[:] = rng.normal(size=mj.nu)
     mujoco.mj_step(mj, md)
-  h = jnp.asarray(md.history)
+  h = support.snapshot(md.history)
   times = np.concatenate([[-1.0, 0.0, 0.03, 0.06, 0.07, 1.0], rng.uniform(-0.05, 0.08, 12)])
   for interp in (0, 1, 2):
     for i in np.flatnonzero(mj.actuator_historyadr >= 0):

@@ -158,9 +158,9 @@ def test_mocap_bodies_follow_mocap_pose():
   d.mocap_pos[:] = [[0.3, -0.5, 2.0]]
   d.mocap_quat[:] = [[0.5, 0.5, -0.5, 0.5]]
   mujoco.mj_forward(m, d)
-  fd = _stages()(fm, make_data(fm).replace(qpos=jnp.asarray(d.qpos),
-                                           mocap_pos=jnp.asarray(d.mocap_pos),
-                                           mocap_quat=jnp.asarray(d.mocap_quat)))
+  fd = _stages()(fm, make_data(fm).replace(qpos=support.snapshot(d.qpos),
+                                           mocap_pos=support.snapshot(d.mocap_pos),
+                                           mocap_quat=support.snapshot(d.mocap_quat)))
   for field in ("xpos", "xquat", "xanchor", "geom_xpos"):
     assert support.relerr(getattr(fd, field), getattr(d, field)) <= TOL, field
 
@@ -277,7 +277,8 @@ def test_cameras_and_lights_match_mujoco_in_every_mode():
   for _ in range(4):
     md.qpos[:], md.qvel[:] = random_state(mj, rng)
     mujoco.mj_forward(mj, md)
-    d = forward(fm, make_data(fm).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel)))
+    d = forward(fm, make_data(fm).replace(qpos=support.snapshot(md.qpos),
+                                          qvel=support.snapshot(md.qvel)))
     for field in ("cam_xpos", "cam_xmat", "light_xpos", "light_xdir", "sensordata"):
       assert support.relerr(getattr(d, field), getattr(md, field)) < 1e-12, field
 

@@ -59,7 +59,7 @@ def _compare(xml: str):
   mujoco.mj_forward(mj, md)
   m = flexor.load_mjcf_string(xml)
   m = m.replace(opt=m.opt.replace(tolerance=jnp.asarray(1e-13)))
-  d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  d = flexor.make_data(m).replace(qpos=support.snapshot(md.qpos), qvel=support.snapshot(md.qvel))
   return m, jax.jit(flexor.forward)(m, d), md
 
 
@@ -96,7 +96,7 @@ def test_after_pgs_matches_mujoco(cone, condim):
   warm = md.qacc_warmstart.copy()
   mujoco.mj_forward(mj, md)
   m = flexor.load_mjcf_string(xml)
-  d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel),
+  d = flexor.make_data(m).replace(qpos=support.snapshot(md.qpos), qvel=support.snapshot(md.qvel),
                                   qacc_warmstart=jnp.asarray(warm))
   d = jax.jit(flexor.forward)(m, d)
   active = np.asarray(d.efc_active)
@@ -218,7 +218,7 @@ def test_friction_loss_alone_without_contacts():
   md.qvel[:] = np.random.default_rng(1).normal(size=mj.nv)
   m = flexor.load_mjcf_string(xml)
   assert m.nconmax == 0
-  d = flexor.make_data(m).replace(qvel=jnp.asarray(md.qvel))
+  d = flexor.make_data(m).replace(qvel=support.snapshot(md.qvel))
   step = jax.jit(flexor.step)
   for _ in range(20):
     mujoco.mj_step(mj, md)
@@ -244,8 +244,8 @@ def test_dog_follows_mujoco_with_its_noslip():
   for k in range(150):
     mj.opt.tolerance = 0.0
     mujoco.mj_forward(mj, md)
-    d = flexor.make_data(m).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel),
-                                    qacc_warmstart=jnp.asarray(md.qacc_warmstart))
+    d = flexor.make_data(m).replace(qpos=support.snapshot(md.qpos), qvel=support.snapshot(md.qvel),
+                                    qacc_warmstart=support.snapshot(md.qacc_warmstart))
     d = forward(m, d)
     assert int(d.ncon) == md.ncon, f"step {k}: ncon"
     assert relerr(d.qacc, md.qacc) < 1e-8, f"step {k}: qacc"

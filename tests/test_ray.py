@@ -238,7 +238,7 @@ def test_camera_rangefinders_match_mujoco():
     quat = rng.normal(size=4) * [5, 1, 1, 1]
     md.qpos[:] = np.concatenate([rng.uniform(-0.3, 0.3, 3), quat / np.linalg.norm(quat)])
     mujoco.mj_forward(mj, md)
-    d = forward(fm, flexor.make_data(fm).replace(qpos=jnp.asarray(md.qpos)))
+    d = forward(fm, flexor.make_data(fm).replace(qpos=support.snapshot(md.qpos)))
     np.testing.assert_allclose(d.sensordata, md.sensordata, rtol=TOL, atol=TOL)
     misses += int(np.sum(md.sensordata == -1))
   assert misses > 0  # some pixels see nothing

@@ -376,7 +376,7 @@ def test_sensordata_after_step(integrator: str):
   md = mujoco.MjData(mj)
   md.qpos[:], md.qvel[:] = (0.3, -0.5), (1.0, 2.0)
   fm = flexor.load_mjcf_string(xml)
-  d = make_data(fm).replace(qpos=jnp.asarray(md.qpos), qvel=jnp.asarray(md.qvel))
+  d = make_data(fm).replace(qpos=support.snapshot(md.qpos), qvel=support.snapshot(md.qvel))
   mujoco.mj_step(mj, md)
   ours = jax.jit(flexor.step)(fm, d).sensordata
   np.testing.assert_allclose(np.asarray(ours), md.sensordata, rtol=TOL, atol=TOL)
@@ -516,7 +516,7 @@ def test_rangefinder_matches_mujoco():
     md.qpos[3:7] = quat / np.linalg.norm(quat)
     md.qpos[7] = rng.uniform(-2, 2)
     mujoco.mj_forward(mj, md)
-    d = make_data(fm).replace(qpos=jnp.asarray(md.qpos))
+    d = make_data(fm).replace(qpos=support.snapshot(md.qpos))
     ours.append(np.asarray(_forward(fm, d).sensordata))
     theirs.append(md.sensordata.copy())
   ours, theirs = np.stack(ours), np.stack(theirs)
@@ -576,7 +576,7 @@ def test_energy_matches_mujoco(energy: str, sensors: str, yld: float):
   for i in range(60):
     if i % 20 == 0:
       md.qvel[:] = rng.standard_normal(mj.nv)
-      d = d.replace(qvel=jnp.asarray(md.qvel))
+      d = d.replace(qvel=support.snapshot(md.qvel))
     mujoco.mj_step(mj, md)
     d = step(fm, d)
     np.testing.assert_allclose(np.asarray(d.energy), md.energy, rtol=1e-12, atol=1e-12)
