@@ -73,25 +73,26 @@ def _model(t1: G, t2: G) -> mujoco.MjModel:
 
 
 @functools.cache
-def _hull(t1: int, t2: int) -> cp.Hull:
-  """The Hull of the pair's mesh (geom 1 of _model), from MuJoCo's compiled mesh tables."""
-  return jax.tree.map(lambda x: x[0], collision.hulls(from_mujoco(_model(G(t1), G(t2))),
-                                                      np.array([1])))
+def _hulls(t1: int, t2: int) -> cp.Hulls:
+  """The hull tables of the pair's model (_model; its only mesh is geom 1's), from MuJoCo's
+  compiled mesh tables."""
+  return collision.hulls(from_mujoco(_model(G(t1), G(t2))))
 
 
 def _collider(t1: int, t2: int) -> cp.Collider:
-  """The pair's collider with the common signature; a mesh collider gets _hull's, in the
-  inputs' float dtype."""
+  """The pair's collider with the common signature; a mesh collider gets _hulls', in the
+  inputs' float dtype, and mesh 0."""
   collide = cp.COLLIDERS[(t1, t2)]
   if t2 != G.MESH:
     return collide
-  hull = _hull(t1, t2)
+  hulls = _hulls(t1, t2)
 
-  def with_hull(*args):
+  def with_hulls(*args):
     dtype = args[0].dtype
-    return collide(*args, hull._replace(vert=hull.vert.astype(dtype),
-                                        face_normal=hull.face_normal.astype(dtype)))
-  return with_hull
+    return collide(*args, jnp.zeros((), jnp.int32),
+                   hulls._replace(vert=hulls.vert.astype(dtype),
+                                  normal=hulls.normal.astype(dtype)))
+  return with_hulls
 
 
 def _rand_quat(rng: np.random.Generator) -> np.ndarray:

@@ -407,3 +407,73 @@ def test_hull_graph_matches_mujoco(fname):
   if fname == "cloud":  # no ties: the extremal vertices themselves (but for direction 0)
     hull = lambda m, k: np.asarray(m.mesh_graph)[2 + m.mesh_graph[0] + m.mesh_extrema[0, k]]
     assert all(hull(ours, k) == hull(theirs, k) for k in range(27) if k != 13)
+
+
+def _hull_rows_by_loop(m) -> list[dict]:
+  """flexor's hull rows decoded mesh by mesh with plain loops over MuJoCo's mesh fields:
+  {vertex id: (neighbour ids, polygon ids, previous vertex ids, quad vertex ids)}."""
+  out = []
+  graph = np.asarray(m.mesh_graph)
+  for k in range(len(m.mesh_vertadr)):
+    vertadr, adr = int(m.mesh_vertadr[k]), int(m.mesh_graphadr[k])
+    if adr < 0 or m.mesh_vertnum[k] <= mesh.HULL_EXHAUSTIVE_MAX:
+      ids, nbr = list(range(int(m.mesh_vertnum[k]))), {}
+    else:
+      numvert = int(graph[adr])
+      edgeadr = graph[adr + 2:adr + 2 + numvert]
+      ids = graph[adr + 2 + numvert:adr + 2 + 2 * numvert].tolist()
+      edges = graph[adr + 2 + 2 * numvert:]
+      nbr = {ids[i]: [ids[j] for j in edges[a:a + int(np.argmax(edges[a:] < 0))]]
+             for i, a in enumerate(edgeadr)}
+    rows = {}
+    for v in ids:
+      at = vertadr + v
+      polys = (np.asarray(m.mesh_polymap[m.mesh_polymapadr[at]:][:m.mesh_polymapnum[at]])
+               + int(m.mesh_polyadr[k])).tolist()
+      prev, quad = [], []
+      for p in polys:
+        loop = np.asarray(m.mesh_polyvert[m.mesh_polyvertadr[p]:][:m.mesh_polyvertnum[p]])
+        j = int(np.argmax(loop == v))
+        prev.append(int(loop[j - 1]))
+        quad.append([int(q) for q in m.mesh_polyquad[m.mesh_polyvertadr[p] + j] if q >= 0])
+      rows[v] = (nbr.get(v, []), polys, prev, quad)
+    out.append(rows)
+  return out
+
+
+@pytest.mark.parametrize("path", [_CONVEX], ids=["convex"])
+def test_hull_tables(path):
+  """The hull rows the mesh colliders index (mesh.hull_tables) hold, for every mesh of the
+  model, MuJoCo's hull graph, polygons at each vertex, loop neighbours, plane-contact quads and
+  polygon loops, each vertex once."""
+  m = flexor.load_mjcf(path)
+  vert_of = lambda rows: [int(m.hull_vertid[r]) for r in rows if r >= 0]
+  ends = np.append(m.mesh_hulladr, len(m.hull_vertid))
+  for k, expected in enumerate(_hull_rows_by_loop(m)):
+    vertadr = int(m.mesh_vertadr[k])
+    rows = range(ends[k], ends[k + 1])
+    assert sorted(int(m.hull_vertid[r]) - vertadr for r in rows) == sorted(expected)
+    for r in rows:
+      nbr, polys, prev, quad = expected[int(m.hull_vertid[r]) - vertadr]
+      local = lambda ids: [v - vertadr for v in ids]
+      assert local(vert_of(m.hull_nbr[r])) == nbr
+      assert [p for p in m.hull_poly[r] if p >= 0] == polys
+      assert local(vert_of(m.hull_prev[r][:len(polys)])) == prev
+      assert [local(vert_of(q)) for q in m.hull_quad[r][:len(polys)]] == quad
+    big = m.mesh_vertnum[k] > mesh.HULL_EXHAUSTIVE_MAX
+    assert m.mesh_hullstart[k].tolist() == (
+        [int(m.mesh_hulladr[k]) + int(s) for s in m.mesh_extrema[k]] if big
+        else [int(m.mesh_hulladr[k])] * 27)
+  for p in range(len(m.mesh_polyvertadr)):
+    loop = m.mesh_polyvert[m.mesh_polyvertadr[p]:][:m.mesh_polyvertnum[p]]
+    k = int(np.searchsorted(m.mesh_polyadr, p, side="right") - 1)
+    assert [v - m.mesh_vertadr[k] for v in vert_of(m.mesh_polyloop[p][:len(loop)])] == \
+        loop[::-1].tolist()
+
+
+def test_meshes_that_do_not_collide_have_no_hull_rows():
+  """MuJoCo builds no graph for a mesh no colliding geom uses (dog.xml's 162 meshes); such a
+  mesh beyond the exhaustive size gets no hull rows, so its size costs the colliders nothing."""
+  m = flexor.load_mjcf(_DOG)
+  assert np.all(m.mesh_graphadr < 0) and len(m.hull_vertid) == 0
+  assert np.all(m.mesh_hullstart == -1)

@@ -129,136 +129,33 @@ def with_contact_gradient(m: Model, mode: ContactGradient | str,
   return m.replace(opt=opt)
 
 
-_EXHAUSTIVE_MAX = 9  # MuJoCo searches meshes of at most this many vertices exhaustively
+def hulls(m: Model) -> collision_primitive.Hulls:
+  """The model's convex hull tables for the mesh colliders. Vertices and polygon normals are
+  gathered from the traced mesh_vert and mesh_polynormal, so they carry derivatives."""
+  dtype = m.mesh_vert.dtype
+  return collision_primitive.Hulls(
+      vert=m.mesh_vert[m.hull_vertid] if len(m.hull_vertid) else jnp.zeros((1, 3), dtype),
+      nbr=jnp.asarray(m.hull_nbr), adr=jnp.asarray(m.mesh_hulladr),
+      num=jnp.asarray(np.diff(np.append(m.mesh_hulladr, len(m.hull_vertid))), jnp.int32),
+      start=jnp.asarray(m.mesh_hullstart),
+      polynum=jnp.asarray(m.mesh_polynum, jnp.int32),
+      poly=jnp.asarray(m.hull_poly), prev=jnp.asarray(m.hull_prev), quad=jnp.asarray(m.hull_quad),
+      normal=m.mesh_polynormal if m.nmeshpoly else jnp.zeros((1, 3), dtype),
+      loop=jnp.asarray(m.mesh_polyloop),
+      nloop=jnp.asarray(m.mesh_polyvertnum, jnp.int32))
 
 
-def _hull_tables(m: Model, mesh: int) -> dict[str, np.ndarray]:
-  """Static tables of one mesh's Hull (see collision_primitive.Hull) from the mesh_* fields:
-  ids (H,) mesh vertex ids by local id, nbr (H, D), start (27,), poly (H, P) polygon ids
-  (-1 padded) and quad (H, P, 3) local ids."""
-  vertadr, nvert = int(m.mesh_vertadr[mesh]), int(m.mesh_vertnum[mesh])
-  adr = int(m.mesh_graphadr[mesh])
-  if adr < 0 or nvert <= _EXHAUSTIVE_MAX:
-    ids = np.arange(nvert)
-    nbr = np.array([[j for j in range(nvert) if j != i] for i in range(nvert)])
-    start = np.zeros(27, np.int64)
-  else:
-    graph = np.asarray(m.mesh_graph)
-    numvert = int(graph[adr])
-    edgeadr = graph[adr + 2:adr + 2 + numvert]
-    ids = graph[adr + 2 + numvert:adr + 2 + 2 * numvert]
-    edges = graph[adr + 2 + 2 * numvert:]
-    rows = [edges[a:a + int(np.argmax(edges[a:] < 0))] for a in edgeadr]
-    nbr = np.full((numvert, max(len(r) for r in rows)), -1)
-    for i, row in enumerate(rows):
-      nbr[i, :len(row)] = row
-    start = np.asarray(m.mesh_extrema[mesh])
-  local = np.full(nvert, -1)
-  local[ids] = np.arange(len(ids))
-  polys = []
-  for v in ids:
-    at = vertadr + v
-    polys.append(np.asarray(m.mesh_polymap[m.mesh_polymapadr[at]:][:m.mesh_polymapnum[at]])
-                 + int(m.mesh_polyadr[mesh]))
-  width = max([len(p) for p in polys] + [1])
-  poly = np.full((len(ids), width), -1)
-  quad = np.full((len(ids), width, 3), -1)
-  for i, (v, at) in enumerate(zip(ids, polys)):
-    for k, p in enumerate(at):
-      loop = m.mesh_polyvert[m.mesh_polyvertadr[p]:][:m.mesh_polyvertnum[p]]
-      slot = int(m.mesh_polyvertadr[p]) + int(np.argmax(loop == v))
-      picked = m.mesh_polyquad[slot]
-      poly[i, k] = p
-      quad[i, k] = np.where(picked >= 0, local[np.maximum(picked, 0)], -1)
-  return dict(ids=ids, nbr=nbr, start=start, poly=poly, quad=quad)
-
-
-def hulls(m: Model, geoms: np.ndarray) -> collision_primitive.Hull:
-  """The convex hulls of mesh geoms (n,), padded to a common size (n, H, ...). Vertices and
-  polygon normals are gathered from the traced mesh_vert and mesh_polynormal, so they carry
-  derivatives."""
-  # the tables are per mesh: a scene of many geoms shares few meshes
-  meshes, index = np.unique(np.asarray(m.geom_dataid)[geoms], return_inverse=True)
-  tables = [_hull_tables(m, int(mesh)) for mesh in meshes]
-  size = lambda key, axis: max(t[key].shape[axis] for t in tables)
-  n, h, d, p = len(meshes), size("ids", 0), size("nbr", 1), size("poly", 1)
-  ids, nbr = np.zeros((n, h), np.int64), np.full((n, h, d), -1, np.int32)
-  poly, quad = np.full((n, h, p), -1), np.full((n, h, p, 3), -1, np.int32)
-  for k, t in enumerate(tables):
-    rows, cols = t["nbr"].shape
-    ids[k, :len(t["ids"])] = t["ids"]
-    nbr[k, :rows, :cols] = t["nbr"]
-    rows, cols = t["poly"].shape
-    poly[k, :rows, :cols] = t["poly"]
-    quad[k, :rows, :cols] = t["quad"]
-  start = np.stack([t["start"] for t in tables]).astype(np.int32)
-  ids, nbr, poly, quad, start = (x[index] for x in (ids, nbr, poly, quad, start))
-  vertadr = m.mesh_vertadr[m.geom_dataid[geoms]]
-  normals = (m.mesh_polynormal if m.nmeshpoly
-             else jnp.zeros((1, 3), m.mesh_vert.dtype))  # no polygons: every face_ok is False
-  return collision_primitive.Hull(
-      vert=m.mesh_vert[vertadr[:, None] + ids], nbr=jnp.asarray(nbr), start=jnp.asarray(start),
-      face_normal=normals[np.maximum(poly, 0)], face_ok=jnp.asarray(poly >= 0),
-      face_quad=jnp.asarray(quad))
-
-
-def hull_vertices(m: Model, geoms: np.ndarray) -> jax.Array | None:
-  """The hull vertices (n, H, 3) of the mesh geoms among ``geoms`` (n,), zeros for the others;
-  None where none is a mesh (what the GJK/EPA kernels take as ``vert``)."""
-  mesh = np.flatnonzero(m.geom_type[geoms] == GeomType.MESH)
-  if not len(mesh):
-    return None
-  hull = hulls(m, geoms[mesh]).vert
-  return jnp.zeros((len(geoms),) + hull.shape[1:], hull.dtype).at[mesh].set(hull)
-
-
-def polygons(m: Model, geoms: np.ndarray) -> collision_multi.Polygons | None:
-  """The polygons (collision_multi.Polygons, leading axis n) of the mesh geoms among ``geoms``
-  (n,) at their hull vertices (``hulls``' local ids), -1 padded for the others; None where
-  none is a mesh. Normals are gathered from the traced mesh_polynormal."""
-  mesh = np.flatnonzero(m.geom_type[geoms] == GeomType.MESH)
-  if not len(mesh):
-    return None
-  meshes, index = np.unique(np.asarray(m.geom_dataid)[geoms[mesh]], return_inverse=True)
-  tables = []
-  for k in meshes.tolist():
-    ids = _hull_tables(m, k)["ids"]
-    vertadr, polyadr = int(m.mesh_vertadr[k]), int(m.mesh_polyadr[k])
-    local = np.full(int(m.mesh_vertnum[k]), 0)
-    local[ids] = np.arange(len(ids))
-    rows = []
-    for v in ids.tolist():
-      at = vertadr + v
-      rows.append([])
-      for p in m.mesh_polymap[m.mesh_polymapadr[at]:][:m.mesh_polymapnum[at]].tolist():
-        p += polyadr
-        loop = np.asarray(m.mesh_polyvert[m.mesh_polyvertadr[p]:][:m.mesh_polyvertnum[p]])
-        j = int(np.argmax(loop == v))
-        rows[-1].append((p, local[loop[j - 1]], local[loop[::-1]]))
-    tables.append(rows)
-  h = max(len(rows) for rows in tables)
-  width = max([len(r) for rows in tables for r in rows] + [1])
-  length = max([len(c[2]) for rows in tables for r in rows for c in r] + [3])
-  n = len(tables)
-  poly, prev = np.full((n, h, width), -1), np.zeros((n, h, width), np.int32)
-  loop, nloop = np.zeros((n, h, width, length), np.int32), np.zeros((n, h, width), np.int32)
-  for t, rows in enumerate(tables):
-    for i, row in enumerate(rows):
-      for s, (p, before, verts) in enumerate(row):
-        poly[t, i, s], prev[t, i, s], nloop[t, i, s] = p, before, len(verts)
-        loop[t, i, s, :len(verts)] = verts
-        loop[t, i, s, len(verts):] = verts[-1]
-  normals = (m.mesh_polynormal if m.nmeshpoly else jnp.zeros((1, 3), m.mesh_vert.dtype))
-  full = lambda x, fill: np.full((len(geoms),) + x.shape[1:], fill, x.dtype)
-  out = {}
-  for key, x, fill in (("poly", poly, -1), ("prev", prev, 0), ("loop", loop, 0),
-                       ("nloop", nloop, 0)):
-    table = full(x, fill)
-    table[mesh] = x[index]
-    out[key] = jnp.asarray(table, jnp.int32)
-  normal = jnp.zeros((len(geoms), h, width, 3), normals.dtype).at[mesh].set(
-      normals[np.maximum(poly[index], 0)])
-  return collision_multi.Polygons(normal=normal, **out)
+def mesh_ids(m: Model, geoms: np.ndarray) -> np.ndarray:
+  """The mesh of each of ``geoms`` (n,) that is a mesh, 0 for the others (int32), checking that
+  every such mesh has hull rows (a colliding mesh always has: MuJoCo builds its graph)."""
+  is_mesh = m.geom_type[geoms] == GeomType.MESH
+  mesh = np.where(is_mesh, m.geom_dataid[geoms], 0).astype(np.int32)
+  bare = is_mesh & (m.mesh_hullstart[mesh, 0] < 0) if m.nmesh else is_mesh
+  if np.any(bare):
+    name = m.names_geom[int(geoms[np.argmax(bare)])]
+    raise ValueError(f"geom {name!r}: its mesh has no convex hull graph (MuJoCo builds one "
+                     "only for meshes that collide)")
+  return mesh
 
 
 def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
@@ -270,24 +167,28 @@ def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
   t1, t2 = m.geom_type[g1], m.geom_type[g2]
   key = (int(t1[0]), int(t2[0]))
   if key not in collision_convex.PAIRS and key[0] != GeomType.HFIELD:
-    hull = (hulls(m, g2),) if key[1] == GeomType.MESH else ()
-    return jax.vmap(collision_primitive.COLLIDERS[key]), (*args, *hull)
-  verts = [hull_vertices(m, g1), hull_vertices(m, g2)]
+    collide = collision_primitive.COLLIDERS[key]
+    if key[1] != GeomType.MESH:
+      return jax.vmap(collide), args
+    table = hulls(m)
+    return (jax.vmap(lambda *a: collide(*a, hulls=table)),
+            (*args, jnp.asarray(mesh_ids(m, g2))))
+  mesh1, mesh2 = jnp.asarray(mesh_ids(m, g1)), jnp.asarray(mesh_ids(m, g2))
+  table = hulls(m) if GeomType.MESH in (*t1.tolist(), *t2.tolist()) else None
   tol = jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),))
   xpos1, xmat1, size1, xpos2, xmat2, size2, margin = args
   if key[0] == GeomType.HFIELD:
-    return _hfield_kernel(m, cands, args, verts[1], tol)
+    return _hfield_kernel(m, cands, args, mesh2, table, tol)
   multi = not m.opt.disabled(DisableBit.MULTICCD) and any(
       collision_multi.supports(a, b) for a, b in zip(t1.tolist(), t2.tolist()))
   collide = collision_convex.make_collider((set(t1.tolist()), set(t2.tolist())),
-                                           m.opt.ccd_iterations, multi)
-  polys = (polygons(m, g1), polygons(m, g2)) if multi else ()
+                                           m.opt.ccd_iterations, multi, table)
   return jax.vmap(collide), (jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2,
-                             xmat2, size2, margin, *verts, tol, *polys)
+                             xmat2, size2, margin, mesh1, mesh2, tol)
 
 
-def _hfield_kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...],
-                   vert2: jax.Array | None, tol: jax.Array
+def _hfield_kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...], mesh2: jax.Array,
+                   table: collision_primitive.Hulls | None, tol: jax.Array
                    ) -> tuple[Callable[..., collision_primitive.Contacts], tuple[Any, ...]]:
   """_kernel of the height field candidates ``cands`` (n,): one window, the widest any of them
   needs, and as many slots as the most any of them has."""
@@ -296,12 +197,12 @@ def _hfield_kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...],
   window = tuple(int(w) for w in np.max(m.collision_window[cands], axis=0))
   k = int(np.max(m.collision_connum[cands]))
   collide = collision_hfield.make_collider(tuple(m.geom_type[g2].tolist()), m.opt.ccd_iterations,
-                                           window, k)
+                                           window, k, table)
   xpos1, xmat1, _, xpos2, xmat2, size2, margin = args
   return collide, (m.hfield_data, jnp.asarray(m.hfield_adr[h]), m.hfield_size[h],
                    jnp.asarray(m.hfield_nrow[h]), jnp.asarray(m.hfield_ncol[h]), xpos1, xmat1,
                    jnp.asarray(m.geom_type[g2]), xpos2, xmat2, size2, m.geom_rbound[g2], margin,
-                   vert2, tol)
+                   mesh2, tol)
 
 
 def _nearest(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, reach: jax.Array

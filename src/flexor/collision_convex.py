@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import collision_multi
-from flexor.collision_primitive import Contacts, _Contact, _dot, _finish
+from flexor.collision_primitive import Contacts, Hulls, _Contact, _dot, _finish, hull_support
 from flexor.math import cross as _cross
 from flexor.mjcf.contact_pairs import CONVEX, MULTI
 from flexor.types import GeomType
@@ -63,16 +63,25 @@ _V, _A, _B, _D = 0, 1, 2, 3
 
 class Geom(NamedTuple):
   """One geom as the CCD sees it. ``kind`` () is its GeomType, or _POINT / _LINE for the core of
-  a sphere / capsule; ``vert`` (H, 3) the hull vertices of a mesh in its frame (else unused);
-  ``half_margin`` () the inflation MuJoCo adds to every support point. The kinds a geom may
-  have are a static tuple passed beside it: one kernel serves every type pair of a model, so
-  compile time does not grow with the number of type pairs."""
+  a sphere / capsule; ``vert`` (6, 3) a height field prism's vertices (else unused); ``mesh``
+  () int32 a mesh's id (else unused); ``half_margin`` () the inflation MuJoCo adds to every
+  support point; ``hulls`` the model's hull tables where a geom may be a mesh. The tables are
+  shared, never batched: code that maps over a Geom's fields leaves them out (``_fields``).
+  The kinds a geom may have are a static tuple passed beside it: one kernel serves every type
+  pair of a model, so compile time does not grow with the number of type pairs."""
   kind: jax.Array
   pos: jax.Array
   mat: jax.Array
   size: jax.Array
   vert: jax.Array
+  mesh: jax.Array
   half_margin: jax.Array
+  hulls: Hulls | None = None
+
+
+def _fields(g: Geom) -> Geom:
+  """The geom without its shared tables: what may be stacked, selected or batched."""
+  return g._replace(hulls=None)
 
 
 def _det3(a: jax.Array, b: jax.Array, c: jax.Array) -> jax.Array:
@@ -126,8 +135,7 @@ def _kind_support(kind: int, g: Geom, d: jax.Array, local: jax.Array) -> jax.Arr
   if kind == _G.BOX:
     return _local_to_global(mat, jnp.where(local >= 0, size, -size), pos)
   if kind == _G.MESH:
-    score = jax.lax.stop_gradient(g.vert) @ jax.lax.stop_gradient(local)
-    return _local_to_global(mat, g.vert[jnp.argmax(score)], pos)
+    return _local_to_global(mat, g.hulls.vert[hull_support(g.hulls, g.mesh, local)], pos)
   if kind == _G.HFIELD:
     # mjc_prism_support: a height field prism (vert (6, 3): bottom then top triangle) lives in
     # the frame the search runs in; the first best of its bottom (d_z < 0) or top vertices
@@ -640,8 +648,10 @@ class _Witness(NamedTuple):
 
 def _frozen(g: Geom) -> Geom:
   sg = jax.lax.stop_gradient
+  hulls = None if g.hulls is None else g.hulls._replace(vert=sg(g.hulls.vert),
+                                                        normal=sg(g.hulls.normal))
   return g._replace(pos=sg(g.pos), mat=sg(g.mat), size=sg(g.size), vert=sg(g.vert),
-                    half_margin=sg(g.half_margin))
+                    half_margin=sg(g.half_margin), hulls=hulls)
 
 
 def _rounded(g: Geom) -> jax.Array:
@@ -694,8 +704,11 @@ def _search_gjk(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, act
   margins = _full_margin(g1) + _full_margin(g2)
   reach = jnp.zeros_like(margins) if dist_cutoff is None else dist_cutoff
   both = tuple(tuple(sorted(set(k) | set(_core_kinds(k)))) for k in kinds)
-  pair = lambda a, b: jax.tree.map(lambda x, y: jnp.stack([x, y]), a, b)
-  run = lambda a, b, cut: _gjk(_support(a, b, both), a.pos, b.pos, kmax, tol, cut, active)
+  pair = lambda a, b: jax.tree.map(lambda x, y: jnp.stack([x, y]), _fields(a), _fields(b))
+
+  def run(a: Geom, b: Geom, cut: jax.Array) -> _GjkResult:
+    a, b = a._replace(hulls=g1.hulls), b._replace(hulls=g2.hulls)
+    return _gjk(_support(a, b, both), a.pos, b.pos, kmax, tol, cut, active)
   runs = jax.vmap(run)(pair(c1, g1), pair(c2, g2), jnp.stack([margins + reach, reach]))
   core, full = (jax.tree.map(lambda x: x[i], runs) for i in range(2))
   shallow = (_rounded(g1) | _rounded(g2) | (margins > 0)) & (core.dist > tol)
@@ -809,15 +822,17 @@ def _contact_at(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: _Wit
                   tangent=jnp.zeros_like(normal), valid=hit & (dist < 0))
 
 
-def _geom(kind, pos, mat, size, vert, margin) -> Geom:
+def _geom(kind, pos, mat, size, margin, mesh=None, hulls: Hulls | None = None,
+          vert: jax.Array | None = None) -> Geom:
   half = jnp.where(margin > 0, 0.5 * margin, 0.0)
   vert = vert if vert is not None else jnp.zeros((1, 3), pos.dtype)
-  return Geom(kind=jnp.asarray(kind), pos=pos, mat=mat, size=size, vert=vert, half_margin=half)
+  mesh = jnp.asarray(0 if mesh is None else mesh, jnp.int32)
+  return Geom(kind=jnp.asarray(kind), pos=pos, mat=mat, size=size, vert=vert, mesh=mesh,
+              half_margin=half, hulls=hulls)
 
 
-def _multi_contacts(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: _Witness,
-                    poly1: collision_multi.Polygons | None,
-                    poly2: collision_multi.Polygons | None) -> _Contact:
+def _multi_contacts(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: _Witness
+                    ) -> _Contact:
   """_contact_at followed by MuJoCo 4's multi-contact search where the pair's geom kinds have
   one: up to collision_multi.MAXCON contacts (N,) sharing the first one's normal."""
   hit, dist, x1, x2 = _ccd(g1, g2, kinds, found)
@@ -827,12 +842,15 @@ def _multi_contacts(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: 
                    jnp.arange(3))
   face = found.verts[rows]
   dirs = jax.lax.stop_gradient(face[:, _D])
-  core = lambda g: jax.tree.map(lambda a, b: jnp.where(found.path == 1, a, b), _core(g), g)
+  def core(g: Geom) -> Geom:
+    c = _core(g)
+    return g._replace(kind=jnp.where(found.path == 1, c.kind, g.kind),
+                      half_margin=jnp.where(found.path == 1, c.half_margin, g.half_margin))
   both = tuple(tuple(sorted(set(k) | set(_core_kinds(k)))) for k in kinds)
   again = jax.vmap(_support(core(g1), core(g2), both))(dirs)
   face = face + (again - jax.lax.stop_gradient(again))
   count, w1, w2, d = collision_multi.multicontact(kinds, g1, g2, dirs, face[:, _A], face[:, _B],
-                                                  x1, x2, poly1, poly2)
+                                                  x1, x2)
   supported = jnp.zeros((), bool)
   for k1 in kinds[0]:
     for k2 in kinds[1]:
@@ -853,51 +871,52 @@ def _multi_contacts(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: 
                   tangent=jnp.zeros((k, 3), diff.dtype), valid=touch & (jnp.arange(k) < count))
 
 
-def make_collider(kinds: Kinds, kmax: int, multi: bool = False) -> Callable[..., Contacts]:
+def make_collider(kinds: Kinds, kmax: int, multi: bool = False, hulls: Hulls | None = None
+                  ) -> Callable[..., Contacts]:
   """The collider of every convex pair whose first geom's type is in ``kinds[0]`` and whose
   second's is in ``kinds[1]``, for ``collision``:
 
-    collider(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, vert1, vert2, tol,
-             poly1, poly2)
+    collider(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, mesh1, mesh2, tol)
 
   with the shapes of ``collision_primitive`` (K = 1, or collision_multi.MAXCON with ``multi``:
   MuJoCo 4's multi-contact search for the pairs that have one); ``type1, type2`` () the geom
-  types, ``vert1, vert2`` (H, 3) mesh hull vertices and ``poly1, poly2`` their
-  ``collision_multi.Polygons`` (or None where no geom is a mesh), ``tol`` ()
-  ``opt.ccd_tolerance``. An inactive slot holds the search's last estimate (finite, but not a
-  signed distance where the geoms are apart)."""
+  types, ``mesh1, mesh2`` () int32 their meshes (read where a geom is a mesh) in ``hulls``, the
+  model's hull tables (needed where a kind is MESH), ``tol`` () ``opt.ccd_tolerance``. An
+  inactive slot holds the search's last estimate (finite, but not a signed distance where the
+  geoms are apart)."""
   kinds = tuple(tuple(sorted(int(k) for k in set(ks))) for ks in kinds)
 
-  def collide(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, vert1, vert2,
-              tol, poly1=None, poly2=None) -> Contacts:
-    g1 = _geom(type1, pos1, mat1, size1, vert1, margin)
-    g2 = _geom(type2, pos2, mat2, size2, vert2, margin)
+  def collide(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, mesh1, mesh2,
+              tol) -> Contacts:
+    g1 = _geom(type1, pos1, mat1, size1, margin, mesh1, hulls)
+    g2 = _geom(type2, pos2, mat2, size2, margin, mesh2, hulls)
     if not multi:
       return _finish(jax.tree.map(lambda x: x[None], _contact(g1, g2, kinds, margin, kmax, tol)),
                      1)
     found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol),
                     jnp.asarray(True))
-    return _finish(_multi_contacts(g1, g2, kinds, margin, found, poly1, poly2),
-                   collision_multi.MAXCON)
+    return _finish(_multi_contacts(g1, g2, kinds, margin, found), collision_multi.MAXCON)
 
   return collide
 
 
-def make_distance(kinds: Kinds, kmax: int) -> Callable[..., tuple[jax.Array, jax.Array]]:
+def make_distance(kinds: Kinds, kmax: int, hulls: Hulls | None = None
+                  ) -> Callable[..., tuple[jax.Array, jax.Array]]:
   """mj_geomDistanceCCD for pairs whose first geom's type is in ``kinds[0]`` and second's in
   ``kinds[1]`` (in the sensor's order, unflipped): GJK to the distance where the geoms lie
   apart, EPA's depth where they overlap.
 
-    distance(type1, pos1, mat1, size1, type2, pos2, mat2, size2, cutoff, vert1, vert2, tol)
+    distance(type1, pos1, mat1, size1, type2, pos2, mat2, size2, cutoff, mesh1, mesh2, tol)
 
-  returns the signed distance () clamped to ``cutoff`` and the segment fromto (6,) between the
-  witness points on geom 1 and geom 2, zeros where nothing is closer than the cutoff."""
+  (as ``make_collider``'s) returns the signed distance () clamped to ``cutoff`` and the segment
+  fromto (6,) between the witness points on geom 1 and geom 2, zeros where nothing is closer
+  than the cutoff."""
   kinds = tuple(tuple(sorted(int(k) for k in set(ks))) for ks in kinds)
 
-  def distance(type1, pos1, mat1, size1, type2, pos2, mat2, size2, cutoff, vert1, vert2, tol):
+  def distance(type1, pos1, mat1, size1, type2, pos2, mat2, size2, cutoff, mesh1, mesh2, tol):
     zero = jnp.zeros_like(cutoff)
-    g1 = _geom(type1, pos1, mat1, size1, vert1, zero)
-    g2 = _geom(type2, pos2, mat2, size2, vert2, zero)
+    g1 = _geom(type1, pos1, mat1, size1, zero, mesh1, hulls)
+    g2 = _geom(type2, pos2, mat2, size2, zero, mesh2, hulls)
     found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol),
                     jnp.asarray(True), jax.lax.stop_gradient(cutoff))
     hit, dist, x1, x2 = _ccd(g1, g2, kinds, found, distance=True)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor import collision_convex
-from flexor.collision_primitive import Contacts, _Contact, _finish
+from flexor.collision_primitive import Contacts, Hulls, _Contact, _finish
 from flexor.types import GeomType
 
 # each prism's top triangle as grid points (row, column) relative to its cell's lower right
@@ -60,18 +60,18 @@ def _window_prisms(window: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
   return cell, cell[:, None, :] + _CORNERS[tri]
 
 
-def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k: int
-                  ) -> Callable[..., Contacts]:
+def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k: int,
+                  hulls: Hulls | None = None) -> Callable[..., Contacts]:
   """The collider of n height field pairs whose second geom's type is one of ``kinds``, visiting
   ``window`` (columns, rows) cells and returning ``k`` contact slots for each pair:
 
     collider(data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2,
-             margin, vert2, tol)
+             margin, mesh2, tol)
 
   ``data`` the model's hfield_data (shared); each other input has a leading axis n: ``adr,
   nrow, ncol`` () and ``hsize`` (4,) the height field's; ``pos1, mat1`` its frame; ``type2,
-  pos2, mat2, size2, rbound2`` the geom's, ``vert2`` (H, 3) its hull vertices if it may be a mesh
-  (else None); ``margin`` () the pair's; ``tol`` () ``opt.ccd_tolerance``.
+  pos2, mat2, size2, rbound2`` the geom's, ``mesh2`` () int32 its mesh in ``hulls`` (the model's
+  hull tables, where it may be a mesh); ``margin`` () the pair's; ``tol`` () ``opt.ccd_tolerance``.
 
   All pairs' prisms that MuJoCo visits are searched in chunks of an eighth of the windows'
   prisms: GJK on each, then EPA only if some prism of the chunk needs it. Chunks without a
@@ -83,7 +83,7 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
   free = jax.lax.stop_gradient
 
   def prisms(data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2,
-             margin, vert2):
+             margin, mesh2):
     """One pair's prisms (P of them, in MuJoCo's order) as CCD geoms, the geom in the height
     field's frame, and which prisms MuJoCo visits (P,)."""
     dtype = pos1.dtype
@@ -98,8 +98,8 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
     near = ~((hs[0] < lp[0] - radius) | (-hs[0] > lp[0] + radius)
              | (hs[1] < lp[1] - radius) | (-hs[1] > lp[1] + radius)
              | (hs[2] < lp[2] - radius) | (-hs[3] > lp[2] + radius))
-    bare = collision_convex._geom(type2, lp, free(mat), free(size2),
-                                  None if vert2 is None else free(vert2), jnp.zeros((), dtype))
+    bare = collision_convex._frozen(collision_convex._geom(type2, lp, mat, size2,
+                                                           jnp.zeros((), dtype), mesh2, hulls))
     axes = jnp.concatenate([jnp.eye(3, dtype=dtype), -jnp.eye(3, dtype=dtype)])
     ext = jax.vmap(lambda d: collision_convex._support_point(bare, d, kinds))(axes)
     hi, lo = jnp.diagonal(ext[:3]), jnp.diagonal(ext[3:])
@@ -133,22 +133,22 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
 
     # both inflated by half the margin, as mjc_Convex's geoms; a prism's centre is the mean of
     # its vertices, summed in MuJoCo's order
-    geom = collision_convex._geom(type2, local_pos, mat, size2, vert2, margin)
+    geom = collision_convex._geom(type2, local_pos, mat, size2, margin, mesh2)
     center = (((((vert[:, 0] + vert[:, 1]) + vert[:, 2]) + vert[:, 3]) + vert[:, 4]) + vert[:, 5]
               ) * (1.0 / 6.0)
     count = len(cell)
     field = collision_convex.Geom(
         kind=jnp.full(count, int(GeomType.HFIELD)), pos=center,
         mat=jnp.broadcast_to(jnp.eye(3, dtype=dtype), (count, 3, 3)),
-        size=jnp.zeros((count, 3), dtype), vert=vert,
+        size=jnp.zeros((count, 3), dtype), vert=vert, mesh=jnp.zeros(count, jnp.int32),
         half_margin=jnp.broadcast_to(geom.half_margin, (count,)))
     return field, geom, visited
 
   def collide(data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2,
-              margin, vert2, tol) -> Contacts:
+              margin, mesh2, tol) -> Contacts:
     field, geom, visited = jax.vmap(prisms, in_axes=(None,) + (0,) * 13)(
         data, adr, hsize, nrow, ncol, pos1, mat1, type2, pos2, mat2, size2, rbound2, margin,
-        vert2)
+        mesh2)
     n, count = visited.shape
     lanes = n * count
     # one lane per prism: (n, P, ...) -> (n P, ...), each pair's values repeated per prism
@@ -156,7 +156,8 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
     geom = jax.tree.map(lambda x: jnp.repeat(x, count, axis=0), geom)
     tol, margin = free(jnp.repeat(tol, count)), jnp.repeat(margin, count)
     active = visited.reshape(-1)
-    frozen = collision_convex._frozen
+    # the hull tables join the geom inside each lane's search, unbatched
+    frozen = lambda g: collision_convex._frozen(g._replace(hulls=hulls))
 
     def search(f, g, t, mg, on):
       """The contacts of one chunk of lanes (B,), of which ``on`` are visited prisms."""
@@ -174,7 +175,8 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
 
       found = jax.vmap(collision_convex._witness)(
           gjks, *jax.lax.cond(jnp.any(gjks.run_epa), epa, no_epa, None))
-      c = jax.vmap(lambda f, g, mg, w: collision_convex._contact_at(f, g, pair_kinds, mg, w))(
+      c = jax.vmap(lambda f, g, mg, w: collision_convex._contact_at(
+          f, g._replace(hulls=hulls), pair_kinds, mg, w))(
           f, g, mg, found)
       return c._replace(valid=c.valid & on)
 

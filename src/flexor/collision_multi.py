@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flexor.collision_primitive import Hulls, hull_support
 from flexor.math import cross as _cross
 from flexor.math import dot as _dot
 from flexor.math import safe_norm
@@ -51,22 +52,6 @@ _CYL_SIN = np.array([math.sin(i * math.pi / 8.0) for i in range(NCYL)])
 FACE_KINDS = (_G.BOX, _G.MESH, _G.CYLINDER)
 EDGE_KINDS = (_G.CAPSULE,)
 MAXCON = 4  # contacts a search returns at most
-
-
-class Polygons(NamedTuple):
-  """A mesh geom's polygons, per hull vertex (local id, as ``collision_primitive.Hull``): H
-  hull vertices, P polygons at a vertex at most, L vertices of a polygon at most.
-
-  ``poly`` (H, P) int32 polygon ids at each vertex in MuJoCo's ``mesh_polymap`` order, -1
-  padded; ``normal`` (H, P, 3) their unit normals in the mesh frame; ``prev`` (H, P) int32 the
-  local id of the vertex before this one in each polygon's loop; ``loop`` (H, P, L) int32 each
-  polygon's vertices (local ids) in reverse loop order and ``nloop`` (H, P) int32 their number.
-  """
-  poly: jax.Array
-  normal: jax.Array
-  prev: jax.Array
-  loop: jax.Array
-  nloop: jax.Array
 
 
 def supports(type1: int, type2: int) -> bool:
@@ -96,7 +81,8 @@ def _unit(v: jax.Array) -> jax.Array:
 def vertex_index(kinds: tuple[int, ...], g, d: jax.Array) -> jax.Array:
   """The vertex id the support function of geom ``g`` records for unit direction ``d`` (3,):
   a box's corner bits (x 1, y 2, z 4 where the corner is on the positive side), a cylinder's
-  cap (0 top, 1 bottom), a mesh's hull vertex (local id); -1 for other geoms."""
+  cap (0 top, 1 bottom), a mesh's hull row (``collision_primitive.Hulls``); -1 for other
+  geoms."""
   local = g.mat[0] * d[0] + g.mat[1] * d[1] + g.mat[2] * d[2]
   out = jnp.array(-1, jnp.int32)
   for kind in kinds:
@@ -106,7 +92,7 @@ def vertex_index(kinds: tuple[int, ...], g, d: jax.Array) -> jax.Array:
     elif kind == _G.CYLINDER:
       v = jnp.where(local[2] >= 0, 0, 1).astype(jnp.int32)
     elif kind == _G.MESH:
-      v = jnp.argmax(g.vert @ local).astype(jnp.int32)
+      v = hull_support(g.hulls, g.mesh, local).astype(jnp.int32)
     else:
       continue
     out = jnp.where(g.kind == kind, v, out)
@@ -189,19 +175,20 @@ def _box_faces(g, dim: jax.Array, idx: jax.Array, direction: jax.Array) -> _Face
   return _select(dim == 1, corner, out)
 
 
-def _mesh_faces(g, poly: Polygons, dim: jax.Array, idx: jax.Array) -> _Faces:
-  """meshNormals: the polygons at the feature's first vertex that hold the whole feature (a
-  face: the first that also holds the other two vertices; an edge: the first two holding
-  both), as slots of that vertex's polygon list."""
+def _mesh_faces(g, dim: jax.Array, idx: jax.Array) -> _Faces:
+  """meshNormals: the polygons at the feature's first vertex (hull rows ``idx``) that hold the
+  whole feature (a face: the first that also holds the other two vertices; an edge: the first
+  two holding both), as slots of that vertex's polygon list."""
+  hulls = g.hulls
   v = jnp.maximum(idx, 0)
-  at1 = poly.poly[v[0]]
+  at1 = hulls.poly[v[0]]
   ok1 = at1 >= 0
-  holds = lambda w: ok1 & jnp.any((at1[:, None] == poly.poly[w][None, :]) & ok1[:, None], axis=1)
+  holds = lambda w: ok1 & jnp.any((at1[:, None] == hulls.poly[w][None, :]) & ok1[:, None], axis=1)
   first = lambda mask, n: mask & (jnp.cumsum(mask) <= n)
   edge = first(holds(v[1]), 2)
   face = first(edge & holds(v[2]), 1)
   ok = jnp.where(dim == 3, face, jnp.where(dim == 2, edge, ok1))
-  return _Faces(normal=_rot(g, poly.normal[v[0]]), ok=ok,
+  return _Faces(normal=_rot(g, hulls.normal[jnp.maximum(at1, 0)]), ok=ok,
                 id=jnp.arange(at1.shape[0], dtype=jnp.int32))
 
 
@@ -216,14 +203,14 @@ def _pad(x: jax.Array, n: int) -> jax.Array:
   return x if x.shape[0] == n else jnp.concatenate([x, jnp.repeat(x[-1:], n - x.shape[0], 0)])
 
 
-def _faces(kinds: tuple[int, ...], g, poly: Polygons | None, dim: jax.Array, idx: jax.Array,
+def _faces(kinds: tuple[int, ...], g, dim: jax.Array, idx: jax.Array,
            direction: jax.Array) -> _Faces:
   """The candidate faces of geom ``g`` (one of ``kinds``) at its feature, in one list."""
   per_kind = {}
   if _G.BOX in kinds:
     per_kind[_G.BOX] = _box_faces(g, dim, idx, direction)
   if _G.MESH in kinds:
-    per_kind[_G.MESH] = _mesh_faces(g, poly, dim, idx)
+    per_kind[_G.MESH] = _mesh_faces(g, dim, idx)
   if _G.CYLINDER in kinds:
     per_kind[_G.CYLINDER] = _cylinder_faces(g, dim, idx)
   n = max([f.ok.shape[0] for f in per_kind.values()] + [1])
@@ -264,16 +251,17 @@ def _box_edges(g, dim: jax.Array, idx: jax.Array) -> _Edges:
   return _edges_to(start, end, ok)
 
 
-def _mesh_edges(g, poly: Polygons, dim: jax.Array, idx: jax.Array) -> _Edges:
+def _mesh_edges(g, dim: jax.Array, idx: jax.Array) -> _Edges:
   """meshEdgeNormals: an edge's one edge (dim 2), or the edges from a vertex to the vertex
-  before it in each of its polygons."""
+  before it in each of its polygons (hull rows ``idx``)."""
+  hulls = g.hulls
   v = jnp.maximum(idx, 0)
-  start = _world(g, g.vert[v[0]])
-  around = _world(g, g.vert[poly.prev[v[0]]])
-  one = jnp.zeros_like(around).at[0].set(_world(g, g.vert[v[1]]))
+  start = _world(g, hulls.vert[v[0]])
+  around = _world(g, hulls.vert[jnp.maximum(hulls.prev[v[0]], 0)])
+  one = jnp.zeros_like(around).at[0].set(_world(g, hulls.vert[v[1]]))
   first = jnp.arange(around.shape[0]) == 0
   end = jnp.where(dim == 2, one, around)
-  ok = jnp.where(dim == 2, first, (dim == 1) & (poly.poly[v[0]] >= 0))
+  ok = jnp.where(dim == 2, first, (dim == 1) & (hulls.poly[v[0]] >= 0))
   return _edges_to(start, end, ok)
 
 
@@ -301,14 +289,14 @@ def _capsule_edges(g, witness: jax.Array) -> _Edges:
                 end=(witness + axis * (-pr + g.size[1]))[None], ok=jnp.ones(1, bool))
 
 
-def _edges(kinds: tuple[int, ...], g, poly: Polygons | None, dim: jax.Array, idx: jax.Array,
+def _edges(kinds: tuple[int, ...], g, dim: jax.Array, idx: jax.Array,
            point: jax.Array, witness: jax.Array) -> _Edges:
   """The candidate edges of geom ``g`` (one of ``kinds``) at its feature, in one list."""
   per_kind = {}
   if _G.BOX in kinds:
     per_kind[_G.BOX] = _box_edges(g, dim, idx)
   if _G.MESH in kinds:
-    per_kind[_G.MESH] = _mesh_edges(g, poly, dim, idx)
+    per_kind[_G.MESH] = _mesh_edges(g, dim, idx)
   if _G.CYLINDER in kinds:
     per_kind[_G.CYLINDER] = _cylinder_edges(g, dim, idx, point)
   if _G.CAPSULE in kinds:
@@ -326,8 +314,8 @@ def _edges(kinds: tuple[int, ...], g, poly: Polygons | None, dim: jax.Array, idx
 
 #------------------------------------ face recovery ------------------------------------------------
 
-def _face(kinds: tuple[int, ...], g, poly: Polygons | None, v: jax.Array, face_id: jax.Array,
-          size: int) -> tuple[jax.Array, jax.Array]:
+def _face(kinds: tuple[int, ...], g, v: jax.Array, face_id: jax.Array, size: int
+          ) -> tuple[jax.Array, jax.Array]:
   """The vertices (size, 3) and vertex count of the face ``face_id`` of geom ``g`` (a mesh's
   slot at its feature's first vertex ``v``): boxFace, meshFace, cylinderFace."""
   dtype = g.pos.dtype
@@ -337,10 +325,10 @@ def _face(kinds: tuple[int, ...], g, poly: Polygons | None, v: jax.Array, face_i
     box = jnp.zeros((size, 3), dtype).at[:4].set(corners)
     pts, count = _select(g.kind == _G.BOX, (box, jnp.array(4, jnp.int32)), (pts, count))
   if _G.MESH in kinds:
-    vv = jnp.maximum(v, 0)
-    loop = poly.loop[vv, face_id]
-    mesh = jnp.zeros((size, 3), dtype).at[:loop.shape[0]].set(_world(g, g.vert[loop]))
-    pts, count = _select(g.kind == _G.MESH, (mesh, poly.nloop[vv, face_id]), (pts, count))
+    polygon = jnp.maximum(g.hulls.poly[jnp.maximum(v, 0), face_id], 0)
+    loop = g.hulls.loop[polygon]
+    mesh = jnp.zeros((size, 3), dtype).at[:loop.shape[0]].set(_world(g, g.hulls.vert[loop]))
+    pts, count = _select(g.kind == _G.MESH, (mesh, g.hulls.nloop[polygon]), (pts, count))
   if _G.CYLINDER in kinds:
     sgn = jnp.where(face_id != 0, -1.0, 1.0).astype(dtype)
     center = g.mat[:, 2] * (sgn * g.size[1]) + g.pos
@@ -353,15 +341,15 @@ def _face(kinds: tuple[int, ...], g, poly: Polygons | None, v: jax.Array, face_i
   return pts, count
 
 
-def face_size(kinds: tuple[int, ...], poly: Polygons | None) -> int:
+def face_size(kinds: tuple[int, ...], hulls: Hulls | None) -> int:
   """The most vertices a face of these geom kinds has (an edge: 2)."""
   sizes = [2]
   if _G.BOX in kinds:
     sizes.append(4)
   if _G.CYLINDER in kinds:
     sizes.append(NCYL)
-  if _G.MESH in kinds and poly is not None:
-    sizes.append(poly.loop.shape[-1])
+  if _G.MESH in kinds and hulls is not None:
+    sizes.append(hulls.loop.shape[-1])
   return max(sizes)
 
 
@@ -488,8 +476,7 @@ def _first_pair(ok: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 
 def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: jax.Array,
-                 pts1: jax.Array, pts2: jax.Array, x1: jax.Array, x2: jax.Array,
-                 poly1: Polygons | None, poly2: Polygons | None
+                 pts1: jax.Array, pts2: jax.Array, x1: jax.Array, x2: jax.Array
                  ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """mjc_multicontact for geoms ``g1``, ``g2`` (``collision_convex.Geom``, their kinds among
   ``kinds``) from the polytope face (or GJK simplex) that GJK/EPA ended on: the directions
@@ -499,15 +486,14 @@ def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: j
   x1, x2), witness points on geom 1 and geom 2 (4, 3) and their distances (4,) without the
   margin (where n > 1)."""
   sg = jax.lax.stop_gradient
-  frozen1 = g1._replace(mat=sg(g1.mat), vert=sg(g1.vert))
-  frozen2 = g2._replace(mat=sg(g2.mat), vert=sg(g2.vert))
+  frozen1, frozen2 = g1._replace(mat=sg(g1.mat)), g2._replace(mat=sg(g2.mat))
   i1 = jax.vmap(lambda d: vertex_index(kinds[0], frozen1, d))(sg(dirs))
   i2 = jax.vmap(lambda d: vertex_index(kinds[1], frozen2, -d))(sg(dirs))
   dim1, i1, pts1 = _feature_dim(i1, pts1)
   dim2, i2, pts2 = _feature_dim(i2, pts2)
   direction = x2 - x1
-  f1 = _faces(kinds[0], g1, poly1, dim1, i1, -direction)
-  f2 = _faces(kinds[1], g2, poly2, dim2, i2, direction)
+  f1 = _faces(kinds[0], g1, dim1, i1, -direction)
+  f2 = _faces(kinds[1], g2, dim2, i2, direction)
 
   # alignedFaces: the faces most opposed, within FACE_TOL, each facing the other geom
   tol = EDGE_TOL * safe_norm(direction)
@@ -519,8 +505,8 @@ def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: j
   fi, fj = flat // cos.shape[1], flat % cos.shape[1]
 
   # else an edge of the lower-dimensional feature lying in one of the other geom's faces
-  e1 = _edges(kinds[0], g1, poly1, dim1, i1, pts1[0], x1)
-  e2 = _edges(kinds[1], g2, poly2, dim2, i2, pts2[0], x2)
+  e1 = _edges(kinds[0], g1, dim1, i1, pts1[0], x1)
+  e2 = _edges(kinds[1], g2, dim2, i2, pts2[0], x2)
   has1, has2 = jnp.any(f1.ok), jnp.any(f2.ok)
   try1 = ~aligned & (dim1 < 3) & has2 & ((dim1 <= dim2) | ~has1)
 
@@ -537,9 +523,9 @@ def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: j
   run = aligned | edge1 | edge2
 
   # the matched faces or face and edge
-  size = max(face_size(kinds[0], poly1), face_size(kinds[1], poly2))
-  face1, n1 = _face(kinds[0], g1, poly1, i1[0], jnp.where(edge2, f1.id[fj2], f1.id[fi]), size)
-  face2, n2 = _face(kinds[1], g2, poly2, i2[0], jnp.where(edge1, f2.id[fj1], f2.id[fj]), size)
+  size = max(face_size(kinds[0], g1.hulls), face_size(kinds[1], g2.hulls))
+  face1, n1 = _face(kinds[0], g1, i1[0], jnp.where(edge2, f1.id[fj2], f1.id[fi]), size)
+  face2, n2 = _face(kinds[1], g2, i2[0], jnp.where(edge1, f2.id[fj1], f2.id[fj]), size)
   seg = lambda e, k: jnp.zeros((size, 3), e.end.dtype).at[0].set(e.start).at[1].set(e.end[k])
   clipper = jnp.where(edge1, face2, face1)
   nclipper = jnp.where(edge1, n2, n1)
@@ -558,9 +544,9 @@ def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: j
   dist = dist - (m1 + m2)
 
   usable = jnp.ones((), bool)
-  for g, p, ks in ((g1, poly1, kinds[0]), (g2, poly2, kinds[1])):
+  for g, ks in ((g1, kinds[0]), (g2, kinds[1])):
     if _G.MESH in ks:
-      usable = usable & ((g.kind != _G.MESH) | jnp.any(p.poly >= 0))
+      usable = usable & ((g.kind != _G.MESH) | (g.hulls.polynum[g.mesh] > 0))
   done = run & usable & (count >= 1)
   first = lambda x, w: jnp.where(done, w, jnp.zeros_like(w).at[0].set(x))
   return jnp.where(done, count, 1), first(x1, w1), first(x2, w2), dist

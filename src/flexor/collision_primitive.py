@@ -7,7 +7,7 @@ candidate pairs of one type pair)::
 
   collider(pos1, mat1, size1, pos2, mat2, size2, margin) -> (dist, pos, frame, exist)
 
-A mesh collider takes one more argument, the mesh's convex :class:`Hull`.
+A mesh collider takes two more, the mesh's id ``mesh2`` () and the model's :class:`Hulls`.
 
 * ``pos1, pos2`` (3,) world positions of the two geoms (``Data.geom_xpos``, m); ``mat1, mat2``
   (3, 3) world rotations (``Data.geom_xmat``, ``mat @ local = world``); ``size1, size2`` (3,)
@@ -60,6 +60,7 @@ from flexor.math import cross as _cross
 from flexor.math import dot as _dot
 from flexor.math import mat_t_vec as _mtv
 from flexor.math import mat_vec as _mv
+from flexor.mjcf.mesh import HULL_EXHAUSTIVE_MAX
 from flexor.types import GeomType
 
 Contacts = tuple[jax.Array, jax.Array, jax.Array, jax.Array]  # dist, pos, frame, exist
@@ -309,72 +310,97 @@ def plane_ellipsoid(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: ja
   return _finish(jax.tree.map(lambda x: x[None], c), 1)
 
 
-class Hull(NamedTuple):
-  """A mesh geom's convex hull as the mesh colliders read it (decoded from ``mesh_graph``,
-  ``mesh_extrema`` and the mesh polygons by ``flexor.collision.hulls``).
-
-  ``vert`` (H, 3) hull vertices in the mesh frame (m), indexed by local id and padded by
-  repeating vertex 0; ``nbr`` (H, D) int32 local ids of each vertex's neighbours in graph order,
-  padded with -1; ``start`` (27,) the local id a support search along a direction starts from
-  (``mesh_extrema``); ``face_normal`` (H, P, 3) the unit normals of the polygons at each vertex,
-  ``face_ok`` (H, P) which of those exist, ``face_quad`` (H, P, 3) the local ids of the vertices
-  a plane contact adds for that vertex and polygon (``mesh_polyquad``, -1 padded). A mesh that
-  MuJoCo searches exhaustively (at most 9 vertices, or no graph) has all its vertices, every
-  other vertex as neighbours and start 0, which makes ``_climb`` that search.
-  """
-  vert: jax.Array
-  nbr: jax.Array
-  start: jax.Array
-  face_normal: jax.Array
-  face_ok: jax.Array
-  face_quad: jax.Array
-
-
-def _climb(vdot: jax.Array, nbr: jax.Array, start: jax.Array) -> jax.Array:
-  """Local id of the hull vertex MuJoCo's support search ends on for scores vdot (H,): from
-  ``start``, move to the first best neighbour while it scores strictly higher
-  (mjc_hillclimbSupport). On a convex hull this is the maximum; the path decides among ties."""
-  def step(state):
-    i, _ = state
-    nb = nbr[i]
-    score = jnp.where(nb >= 0, vdot[jnp.maximum(nb, 0)], -jnp.inf)
-    j = jnp.argmax(score)
-    better = score[j] > vdot[i]
-    return jnp.where(better, nb[j], i), better
-  i, _ = jax.lax.while_loop(lambda state: state[1], step, (start.astype(nbr.dtype), True))
-  return i
-
-
 _EXTREMA_CUT = 0.4  # a direction component beyond +-0.4 picks that side of the 3x3x3 grid
 
 
-def plane_mesh(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Array,
-    mat2: jax.Array, size2: jax.Array, margin: jax.Array, hull: Hull) -> Contacts:
-  """mjc_PlaneConvex for a mesh as MuJoCo 4.0 runs it (K = 4).
+class Hulls(NamedTuple):
+  """The convex hulls of a model's meshes as the mesh colliders read them: one table of hull
+  rows, mesh after mesh (``flexor.mjcf.mesh.hull_tables``; built by ``flexor.collision.hulls``).
+  A pair gathers only the rows its search visits, so memory does not grow with candidates
+  times hull size. Every index is a row (nhull of them) or a polygon id (into mesh_poly*).
 
-  The first contact is the hull's support vertex along the plane's -normal (``_climb`` from the
-  grid extremum of that direction); nothing when it is beyond margin. Of the polygons at that
-  vertex, the first one whose normal is most opposed to the plane's (dot < 1) supplies up to
-  three more vertices (``Hull.face_quad``), each kept when within margin of the plane and not
-  above the mesh's centre along the normal. Every contact lies midway between its vertex and
-  the plane, with the plane's normal. The support index carries no derivative; the contacts
-  do, through the chosen vertices.
+  ``vert`` (nhull, 3) the rows' vertices in their mesh's frame (m); ``nbr`` (nhull, D) int32
+  each row's neighbours in graph order, -1 padded; ``adr``, ``num`` (nmesh,) int32 each mesh's
+  first row and row count; ``start`` (nmesh, 27) int32 the row a support search along a
+  direction starts from (``mesh_extrema``); ``polynum`` (nmesh,) int32 each
+  mesh's polygon count; ``poly`` (nhull, P) int32 the polygons at each row in MuJoCo's
+  ``mesh_polymap`` order, -1 padded; ``prev`` (nhull, P) int32 the row before it in each of
+  those polygons' loops; ``quad`` (nhull, P, 3) int32 the rows a plane contact adds for that
+  row and polygon (``mesh_polyquad``, -1 padded); ``normal`` (npoly, 3) unit polygon normals in
+  the mesh frame; ``loop`` (npoly, L) int32 each polygon's rows in reverse loop order, padded
+  with the last, and ``nloop`` (npoly,) int32 their number. A mesh that MuJoCo searches
+  exhaustively (at most HULL_EXHAUSTIVE_MAX vertices) has no neighbours.
+  """
+  vert: jax.Array
+  nbr: jax.Array
+  adr: jax.Array
+  num: jax.Array
+  start: jax.Array
+  polynum: jax.Array
+  poly: jax.Array
+  prev: jax.Array
+  quad: jax.Array
+  normal: jax.Array
+  loop: jax.Array
+  nloop: jax.Array
+
+
+def hull_support(hulls: Hulls, mesh: jax.Array, local: jax.Array) -> jax.Array:
+  """The row mesh ``mesh`` ()'s support search ends on along direction ``local`` (3, the
+  mesh's frame), as MuJoCo's from a cold start: the first best of a small mesh's rows
+  (mjc_meshSupport), or from the grid seed of the direction, moving to the first best
+  neighbour while it scores strictly higher (mjc_hillclimbSupport). On a convex hull that is
+  a maximum; the path decides among ties. No derivative flows through it. A model whose
+  meshes are all small has no climb in its program; a batch of small ones takes no step."""
+  vert, local = jax.lax.stop_gradient(hulls.vert), jax.lax.stop_gradient(local)
+  score = lambda rows: _dot(vert[rows], local)
+  few = hulls.num[mesh] <= HULL_EXHAUSTIVE_MAX
+  block = jnp.minimum(hulls.adr[mesh] + np.arange(HULL_EXHAUSTIVE_MAX), vert.shape[0] - 1)
+  scores = jnp.where(np.arange(HULL_EXHAUSTIVE_MAX) < hulls.num[mesh], score(block), -jnp.inf)
+  side = (local > _EXTREMA_CUT).astype(np.int32) - (local < -_EXTREMA_CUT).astype(np.int32) + 1
+  seed = jnp.where(few, block[jnp.argmax(scores)],
+                   hulls.start[mesh, jnp.sum(side * np.array([9, 3, 1], np.int32))])
+  if not hulls.nbr.shape[1]:
+    return seed
+
+  def step(state):
+    row, best, _ = state
+    nb = hulls.nbr[row]
+    s = jnp.where(nb >= 0, score(jnp.maximum(nb, 0)), -jnp.inf)
+    j = jnp.argmax(s)
+    better = s[j] > best
+    return jnp.where(better, nb[j], row), jnp.where(better, s[j], best), better
+  row, _, _ = jax.lax.while_loop(lambda state: state[2], step,
+                                 (seed, score(seed), ~few))
+  return row
+
+
+def plane_mesh(pos1: jax.Array, mat1: jax.Array, size1: jax.Array, pos2: jax.Array,
+    mat2: jax.Array, size2: jax.Array, margin: jax.Array, mesh2: jax.Array,
+    hulls: Hulls) -> Contacts:
+  """mjc_PlaneConvex for mesh ``mesh2`` () as MuJoCo 4.0 runs it (K = 4).
+
+  The first contact is the hull's support vertex along the plane's -normal (``hull_support``);
+  nothing when it is beyond margin. Of the polygons at that vertex, the first one whose normal
+  is most opposed to the plane's (dot < 1) supplies up to three more vertices
+  (``Hulls.quad``), each kept when within margin of the plane and not above the mesh's centre
+  along the normal. Every contact lies midway between its vertex and the plane, with the
+  plane's normal. The support row carries no derivative; the contacts do, through the chosen
+  vertices.
   """
   del size1, size2
   normal = mat1[:, 2]
-  local = _mtv(mat2, -normal)
-  vdot = _dot(hull.vert, local[None, :])
-  side = (local > _EXTREMA_CUT).astype(np.int32) - (local < -_EXTREMA_CUT).astype(np.int32) + 1
-  best = _climb(jax.lax.stop_gradient(vdot), hull.nbr,
-                hull.start[jnp.sum(side * np.array([9, 3, 1], np.int32))])
-  support = _mv(mat2, hull.vert[best]) + pos2
+  best = hull_support(hulls, mesh2, _mtv(mat2, -normal))
+  support = _mv(mat2, hulls.vert[best]) + pos2
   dist = _dot(support - pos1, normal)
   touching = dist <= margin
 
-  facing = jnp.where(hull.face_ok[best], _dot(hull.face_normal[best], _mtv(mat2, normal)), 1.0)
+  poly = hulls.poly[best]
+  facing = jnp.where(poly >= 0, _dot(hulls.normal[jnp.maximum(poly, 0)], _mtv(mat2, normal)),
+                     1.0)
   face = jnp.argmin(facing)
-  quad = hull.face_quad[best, face]
-  point = _mv(mat2, hull.vert[jnp.maximum(quad, 0)]) + pos2[None, :]
+  quad = hulls.quad[best, face]
+  point = _mv(mat2, hulls.vert[jnp.maximum(quad, 0)]) + pos2[None, :]
   extra_dist = _dot(point - pos1[None, :], normal[None, :])
   valid = (touching & (facing[face] < 1.0) & (quad >= 0) & (extra_dist <= margin)
            & ~(_dot(point - pos2[None, :], normal[None, :]) > 0))

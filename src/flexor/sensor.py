@@ -22,6 +22,7 @@ the flag.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -261,10 +262,13 @@ def _geom_distance(m: Model, d: Data, ids: np.ndarray) -> tuple[jax.Array, jax.A
       raise ValueError(f"distance sensors {ids.tolist()}: {GeomType(key[0]).name.lower()}-"
                        f"{GeomType(key[1]).name.lower()} pairs are not supported by flexor yet")
     i, j = a[rows], b[rows]
-    hull = (collision.hulls(m, j),) if key[1] == GeomType.MESH else ()
-    c_dist, pos, frame, exist = jax.vmap(collision_primitive.COLLIDERS[key])(
+    collide, mesh = collision_primitive.COLLIDERS[key], ()
+    if key[1] == GeomType.MESH:
+      collide = functools.partial(collide, hulls=collision.hulls(m))
+      mesh = (jnp.asarray(collision.mesh_ids(m, j)),)
+    c_dist, pos, frame, exist = jax.vmap(collide)(
         d.geom_xpos[i], d.geom_xmat[i], m.geom_size[i], d.geom_xpos[j], d.geom_xmat[j],
-        m.geom_size[j], cutoff[sensor[rows]], *hull)
+        m.geom_size[j], cutoff[sensor[rows]], *mesh)
     c_dist = jnp.where(exist, c_dist, jnp.inf)
     best = jnp.argmin(c_dist, axis=1)
     near = jnp.take_along_axis(c_dist, best[:, None], axis=1)[:, 0]
@@ -291,13 +295,14 @@ def _ccd_distance(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, cutoff: jax
                   ) -> tuple[jax.Array, jax.Array]:
   """mj_geomDistanceCCD of the geom pairs (g1, g2) (n,) in the sensors' order, one kernel for
   all: the distance (n,) (the cutoff where nothing is closer) and the segment fromto (n, 6)."""
-  verts = [collision.hull_vertices(m, g1), collision.hull_vertices(m, g2)]
-  distance = collision_convex.make_distance(
-      (set(m.geom_type[g1].tolist()), set(m.geom_type[g2].tolist())), m.opt.ccd_iterations)
+  types = (set(m.geom_type[g1].tolist()), set(m.geom_type[g2].tolist()))
+  table = collision.hulls(m) if GeomType.MESH in types[0] | types[1] else None
+  distance = collision_convex.make_distance(types, m.opt.ccd_iterations, table)
   return jax.vmap(distance)(
       jnp.asarray(m.geom_type[g1]), d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
       jnp.asarray(m.geom_type[g2]), d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], cutoff,
-      *verts, jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),)))
+      jnp.asarray(collision.mesh_ids(m, g1)), jnp.asarray(collision.mesh_ids(m, g2)),
+      jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),)))
 
 
 def _geomdist(m: Model, d: Data, ids: np.ndarray) -> jax.Array:

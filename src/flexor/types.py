@@ -917,6 +917,17 @@ class Model(_Node):
   dof_cdofdot: np.ndarray       # (nv, nv) bool: dofs whose velocity enters cdof_dot[i]
   jnt_slot: np.ndarray          # (maxjnt, nbody) joint id of the k-th joint of each body or -1
 
+  # convex hull tables (static, derived; see flexor.mjcf.mesh.hull_tables): every mesh's hull
+  # vertices as rows, mesh after mesh, indexed by the mesh colliders; -1 where absent
+  mesh_hulladr: np.ndarray      # (nmesh,) first hull row of each mesh
+  mesh_hullstart: np.ndarray    # (nmesh, 27) row a support search along each grid direction starts at
+  hull_vertid: np.ndarray       # (nhull,) each row's vertex (into mesh_vert)
+  hull_nbr: np.ndarray          # (nhull, D) rows of its hull neighbours, in graph order
+  hull_poly: np.ndarray         # (nhull, P) polygons at it (into mesh_poly*), mesh_polymap order
+  hull_prev: np.ndarray         # (nhull, P) row before it in each of those polygons' loops
+  hull_quad: np.ndarray         # (nhull, P, 3) rows plane-mesh collision adds (mesh_polyquad)
+  mesh_polyloop: np.ndarray     # (nmeshpoly, L) each polygon's rows in reverse loop order
+
   def name2id(self, kind: str, name: str) -> int:
     """Index of the element of ``kind`` ('body', 'jnt', 'geom', ...) called ``name``."""
     names = getattr(self, f"names_{kind}")

@@ -307,6 +307,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   out.update(plastic)
   out.update(_history_tables(out))
   out["mesh_polyquad"] = mesh.polygon_quads(out)
+  out.update(mesh.hull_tables(out))
   out.update(contact_pairs.candidates(out, out["opt"].disableflags, convex))
   out["size_nconmax"] = int(f.get("size_nconmax", -1))
   out["max_geom_pairs"] = int(f.get("max_geom_pairs", -1))

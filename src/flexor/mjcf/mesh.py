@@ -534,6 +534,116 @@ def polygon_quads(f: dict[str, np.ndarray]) -> np.ndarray:
   return out
 
 
+HULL_EXHAUSTIVE_MAX = 9  # MuJoCo searches meshes of at most this many vertices exhaustively
+
+
+def _mesh_rows(f: dict[str, np.ndarray], mesh: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """One mesh's hull as collision walks it: its hull vertices (mesh-local ids), their
+  neighbours (local hull ids, -1 padded) and the 27 grid starts (local hull ids). A mesh that
+  MuJoCo searches exhaustively (at most HULL_EXHAUSTIVE_MAX vertices, or no graph) has all its
+  vertices, no neighbours and start 0 (the colliders search its rows). A larger mesh without a
+  graph (one no colliding geom uses: MuJoCo builds none) has no rows."""
+  nvert, adr = int(f["mesh_vertnum"][mesh]), int(f["mesh_graphadr"][mesh])
+  if adr < 0 and nvert > HULL_EXHAUSTIVE_MAX:
+    return np.zeros(0, np.int64), np.zeros((0, 0), np.int64), np.full(27, -1, np.int64)
+  if adr < 0 or nvert <= HULL_EXHAUSTIVE_MAX:
+    return np.arange(nvert), np.zeros((nvert, 0), np.int64), np.zeros(27, np.int64)
+  graph = np.asarray(f["mesh_graph"], np.int64)
+  numvert = int(graph[adr])
+  edgeadr = graph[adr + 2:adr + 2 + numvert]
+  ids = graph[adr + 2 + numvert:adr + 2 + 2 * numvert]
+  edges = graph[adr + 2 + 2 * numvert:]
+  ends = np.flatnonzero(edges < 0)
+  degree = ends[np.searchsorted(ends, edgeadr)] - edgeadr
+  width = np.arange(max(int(degree.max(initial=0)), 1))
+  nbr = np.where(width < degree[:, None], edges[np.minimum(edgeadr[:, None] + width, len(edges) - 1)],
+                 -1)
+  return ids, nbr, np.asarray(f["mesh_extrema"][mesh], np.int64)
+
+
+def hull_tables(f: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The convex hulls of every mesh as one table of hull rows (nhull of them, mesh after mesh),
+  from the mjModel-named mesh_* arrays ``f``: what the mesh colliders index, so that a pair
+  gathers only the rows its support search and clipping visit.
+
+  ``mesh_hulladr`` (nmesh,) each mesh's first row; ``mesh_hullstart`` (nmesh, 27) the row a
+  support search along each grid direction starts from (``mesh_extrema``), -1 for a mesh
+  without rows; ``hull_vertid`` (nhull,) each row's vertex (into mesh_vert); ``hull_nbr``
+  (nhull, D) its neighbours' rows in graph order; ``hull_poly`` (nhull, P) the polygons (into
+  mesh_poly*) at it in mesh_polymap order; ``hull_prev`` (nhull, P) the row before it in each
+  of those polygons' loops;
+  ``hull_quad`` (nhull, P, 3) the rows plane-mesh collision adds for it and that polygon
+  (``mesh_polyquad``); ``mesh_polyloop`` (nmeshpoly, L) each polygon's rows in reverse loop
+  order, padded with the last. Absent entries are -1.
+  """
+  nmesh = len(f["mesh_vertadr"])
+  vertadr = np.asarray(f["mesh_vertadr"], np.int64)
+  parts = [_mesh_rows(f, k) for k in range(nmesh)]
+  counts = np.array([len(p[0]) for p in parts], np.int64)
+  hulladr = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+  nhull = int(counts.sum())
+  width = max([p[1].shape[1] for p in parts] + [0])
+  nbr = np.full((nhull, width), -1, np.int64)
+  vertid = np.zeros(nhull, np.int64)
+  start = np.zeros((nmesh, 27), np.int64)
+  for k, (ids, own, seed) in enumerate(parts):
+    rows = slice(hulladr[k], hulladr[k] + counts[k])
+    vertid[rows] = vertadr[k] + ids
+    nbr[rows, :own.shape[1]] = np.where(own >= 0, own + hulladr[k], -1)
+    start[k] = np.where(seed >= 0, seed + hulladr[k], -1)
+  row_of = np.full(len(f["mesh_vert"]), -1, np.int64)
+  row_of[vertid] = np.arange(nhull)
+  row = lambda v: np.where(v >= 0, row_of[np.maximum(v, 0)], -1)
+
+  # the polygons at each row, and where the row's vertex sits in each one's loop
+  polyadr = np.asarray(f["mesh_polyadr"], np.int64)
+  loopadr = np.asarray(f["mesh_polyvertadr"], np.int64)
+  loopnum = np.asarray(f["mesh_polyvertnum"], np.int64)
+  polyvert = np.asarray(f["mesh_polyvert"], np.int64)
+  poly_mesh = np.repeat(np.arange(nmesh), np.asarray(f["mesh_polynum"], np.int64))
+  mapadr = np.asarray(f["mesh_polymapadr"], np.int64)[vertid]
+  mapnum = np.asarray(f["mesh_polymapnum"], np.int64)[vertid]
+  npoly = max(int(mapnum.max(initial=0)), 1)
+  mesh_of_row = np.repeat(np.arange(nmesh), counts)
+  slot = np.arange(npoly)
+  at = slot < mapnum[:, None]
+  polymap = np.asarray(f["mesh_polymap"], np.int64)
+  poly = np.where(at, polymap[np.minimum(mapadr[:, None] + slot, max(len(polymap) - 1, 0))]
+                  + polyadr[mesh_of_row][:, None], -1) if len(polymap) else np.full(at.shape, -1)
+  # the loop slot of (polygon, mesh vertex): sorted keys over every loop entry
+  entry_poly = np.repeat(np.arange(len(loopadr)), loopnum)
+  entry_vert = vertadr[poly_mesh[entry_poly]] + polyvert if len(polyvert) else polyvert
+  span = len(f["mesh_vert"]) + 1
+  keys = entry_poly * span + entry_vert
+  order = np.argsort(keys, kind="stable")
+  wanted = np.maximum(poly, 0) * span + vertid[:, None]
+  found = order[np.minimum(np.searchsorted(keys[order], wanted), max(len(keys) - 1, 0))] \
+      if len(keys) else np.zeros(wanted.shape, np.int64)
+  first = loopadr[np.maximum(poly, 0)] if len(loopadr) else found
+  before = np.where(found > first, found - 1, first + loopnum[np.maximum(poly, 0)] - 1) \
+      if len(loopadr) else found
+  local_vert = lambda e: vertadr[poly_mesh[entry_poly[e]]] + polyvert[e]
+  prev = (row(np.where(at, local_vert(np.where(at, before, 0)), -1)) if len(polyvert)
+          else np.full(at.shape, -1))
+  quad_ids = np.asarray(f["mesh_polyquad"], np.int64).reshape(-1, 3)
+  if len(quad_ids):
+    picked = quad_ids[found]
+    base = vertadr[mesh_of_row][:, None, None]
+    quad = row(np.where(at[..., None] & (picked >= 0), picked + base, -1))
+  else:
+    quad = np.full(at.shape + (3,), -1, np.int64)
+
+  # each polygon's rows, in reverse loop order
+  length = max(int(loopnum.max(initial=0)), 3)
+  k = np.arange(length)
+  back = loopadr[:, None] + np.where(k < loopnum[:, None], loopnum[:, None] - 1 - k, 0)
+  loop = row(local_vert(back)) if len(polyvert) else np.zeros((len(loopadr), length), np.int64)
+  i32 = lambda x: np.asarray(x, np.int32)
+  return dict(mesh_hulladr=i32(hulladr), mesh_hullstart=i32(start), hull_vertid=i32(vertid),
+              hull_nbr=i32(nbr), hull_poly=i32(poly), hull_prev=i32(prev), hull_quad=i32(quad),
+              mesh_polyloop=i32(np.maximum(loop, 0)))
+
+
 def hull_graph(hull: np.ndarray) -> np.ndarray:
   """The convex hull's graph in MuJoCo's ``mesh_graph`` layout (``mjCMesh::MakeGraph``), (2 +
   3 numvert + 6 numface,) int32: numvert, numface, vert_edgeadr[numvert],
