@@ -822,12 +822,11 @@ def _contact_at(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: _Wit
                   tangent=jnp.zeros_like(normal), valid=hit & (dist < 0))
 
 
-def _geom(kind, pos, mat, size, margin, mesh=None, hulls: Hulls | None = None,
-          vert: jax.Array | None = None) -> Geom:
+def _geom(kind, pos, mat, size, margin, mesh, hulls: Hulls | None = None) -> Geom:
+  """A geom other than a height field prism (its ``vert`` unused)."""
   half = jnp.where(margin > 0, 0.5 * margin, 0.0)
-  vert = vert if vert is not None else jnp.zeros((1, 3), pos.dtype)
-  mesh = jnp.asarray(0 if mesh is None else mesh, jnp.int32)
-  return Geom(kind=jnp.asarray(kind), pos=pos, mat=mat, size=size, vert=vert, mesh=mesh,
+  return Geom(kind=jnp.asarray(kind), pos=pos, mat=mat, size=size,
+              vert=jnp.zeros((1, 3), pos.dtype), mesh=jnp.asarray(mesh, jnp.int32),
               half_margin=half, hulls=hulls)
 
 

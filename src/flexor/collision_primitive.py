@@ -322,8 +322,8 @@ class Hulls(NamedTuple):
   ``vert`` (nhull, 3) the rows' vertices in their mesh's frame (m); ``nbr`` (nhull, D) int32
   each row's neighbours in graph order, -1 padded; ``adr``, ``num`` (nmesh,) int32 each mesh's
   first row and row count; ``start`` (nmesh, 27) int32 the row a support search along a
-  direction starts from (``mesh_extrema``); ``polynum`` (nmesh,) int32 each
-  mesh's polygon count; ``poly`` (nhull, P) int32 the polygons at each row in MuJoCo's
+  direction starts from (``mesh_extrema``); ``polynum`` (nmesh,) int32 each mesh's polygon
+  count; ``poly`` (nhull, P) int32 the polygons at each row in MuJoCo's
   ``mesh_polymap`` order, -1 padded; ``prev`` (nhull, P) int32 the row before it in each of
   those polygons' loops; ``quad`` (nhull, P, 3) int32 the rows a plane contact adds for that
   row and polygon (``mesh_polyquad``, -1 padded); ``normal`` (npoly, 3) unit polygon normals in

@@ -22,7 +22,6 @@ the flag.
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import jax
@@ -262,9 +261,11 @@ def _geom_distance(m: Model, d: Data, ids: np.ndarray) -> tuple[jax.Array, jax.A
       raise ValueError(f"distance sensors {ids.tolist()}: {GeomType(key[0]).name.lower()}-"
                        f"{GeomType(key[1]).name.lower()} pairs are not supported by flexor yet")
     i, j = a[rows], b[rows]
-    collide, mesh = collision_primitive.COLLIDERS[key], ()
+    collider = collision_primitive.COLLIDERS[key]
+    collide, mesh = collider, ()
     if key[1] == GeomType.MESH:
-      collide = functools.partial(collide, hulls=collision.hulls(m))
+      table = collision.hulls(m)
+      collide = lambda *args: collider(*args, hulls=table)
       mesh = (jnp.asarray(collision.mesh_ids(m, j)),)
     c_dist, pos, frame, exist = jax.vmap(collide)(
         d.geom_xpos[i], d.geom_xmat[i], m.geom_size[i], d.geom_xpos[j], d.geom_xmat[j],

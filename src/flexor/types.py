@@ -920,7 +920,8 @@ class Model(_Node):
   # convex hull tables (static, derived; see flexor.mjcf.mesh.hull_tables): every mesh's hull
   # vertices as rows, mesh after mesh, indexed by the mesh colliders; -1 where absent
   mesh_hulladr: np.ndarray      # (nmesh,) first hull row of each mesh
-  mesh_hullstart: np.ndarray    # (nmesh, 27) row a support search along each grid direction starts at
+  mesh_hullstart: np.ndarray    # (nmesh, 27) row a support search along each grid direction
+                                # starts at (mesh_extrema)
   hull_vertid: np.ndarray       # (nhull,) each row's vertex (into mesh_vert)
   hull_nbr: np.ndarray          # (nhull, D) rows of its hull neighbours, in graph order
   hull_poly: np.ndarray         # (nhull, P) polygons at it (into mesh_poly*), mesh_polymap order

@@ -556,8 +556,8 @@ def _mesh_rows(f: dict[str, np.ndarray], mesh: int) -> tuple[np.ndarray, np.ndar
   ends = np.flatnonzero(edges < 0)
   degree = ends[np.searchsorted(ends, edgeadr)] - edgeadr
   width = np.arange(max(int(degree.max(initial=0)), 1))
-  nbr = np.where(width < degree[:, None], edges[np.minimum(edgeadr[:, None] + width, len(edges) - 1)],
-                 -1)
+  at = np.minimum(edgeadr[:, None] + width, len(edges) - 1)
+  nbr = np.where(width < degree[:, None], edges[at], -1)
   return ids, nbr, np.asarray(f["mesh_extrema"][mesh], np.int64)
 
 
