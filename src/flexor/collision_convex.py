@@ -321,9 +321,13 @@ class _Gjk(NamedTuple):
   mode: jax.Array
 
 
-def _gjk_loop(sup: Support, st: _Gjk, kmax: int, tol: jax.Array, cutoff: jax.Array) -> _Gjk:
-  """GJK's main loop (``gjk`` up to its exits)."""
-  eps, min_norm = 0.5 * tol * tol, tol
+def _gjk_loop(sup: Support, st: _Gjk, kmax: int, tol: jax.Array, cutoff: jax.Array,
+              discrete: jax.Array) -> _Gjk:
+  """GJK's main loop (``gjk`` up to its exits). Between two ``discrete`` geoms (polytopes: see
+  ``_discrete``) the search converges in finitely many steps, so it runs to the exact nearest
+  point rather than stopping within ``tol``."""
+  eps = jnp.where(discrete, 0.0, 0.5 * tol * tol)
+  min_norm = jnp.where(discrete, MINVAL, tol)
 
   def body(st: _Gjk) -> _Gjk:
     stagnant = (st.xn < min_norm) | (jnp.abs(st.xn_prev - st.xn) < MINVAL)
@@ -362,7 +366,7 @@ class _GjkResult(NamedTuple):
 
 
 def _gjk(sup: Support, x1: jax.Array, x2: jax.Array, kmax: int, tol: jax.Array,
-         cutoff: jax.Array, active: jax.Array) -> _GjkResult:
+         cutoff: jax.Array, active: jax.Array, discrete: jax.Array) -> _GjkResult:
   """MuJoCo's ``gjk``; ``cutoff`` 0 is the run without distances (it stops as soon as a support
   plane separates the geoms: MuJoCo's test for that case reduces to this one's with a zero
   cutoff; where not ``active`` it reports the geoms separated without a step). MuJoCo 4.0 has
@@ -373,7 +377,7 @@ def _gjk(sup: Support, x1: jax.Array, x2: jax.Array, kmax: int, tol: jax.Array,
   st = _Gjk(simplex=jnp.zeros((4, 4, 3), dtype), n=jnp.array(0), k=jnp.array(0), x=x,
             xn=_norm(x), xn_prev=jnp.zeros((), dtype), lam=jnp.zeros(4, dtype),
             mode=jnp.where(active, _RUN, _SEP))
-  st = _gjk_loop(sup, st, kmax, tol, cutoff)
+  st = _gjk_loop(sup, st, kmax, tol, cutoff, discrete)
   sep_early = st.mode == _SEP
   final = sup(-(st.x * (1 / _safe(st.xn, st.xn != 0))))
   separated = _dot(st.x, final[_V]) > 0
@@ -674,6 +678,14 @@ def _core_kinds(kinds: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(sorted({_CORE.get(k, k) for k in kinds}))
 
 
+def _discrete(g1: Geom, g2: Geom) -> jax.Array:
+  """discreteGeoms: both geoms are polytopes (boxes, meshes, height field prisms) without a
+  margin, which would round them."""
+  flat = lambda g: ((g.kind == _G.MESH) | (g.kind == _G.BOX) | (g.kind == _G.HFIELD)) & (
+      g.half_margin == 0)
+  return flat(g1) & flat(g2)
+
+
 def _full_margin(g: Geom) -> jax.Array:
   """What the distance pass's witness point moves out by: half the margin, plus the radius of a
   sphere or a capsule."""
@@ -706,9 +718,11 @@ def _search_gjk(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, act
   both = tuple(tuple(sorted(set(k) | set(_core_kinds(k)))) for k in kinds)
   pair = lambda a, b: jax.tree.map(lambda x, y: jnp.stack([x, y]), _fields(a), _fields(b))
 
+  discrete = _discrete(g1, g2)
+
   def run(a: Geom, b: Geom, cut: jax.Array) -> _GjkResult:
     a, b = a._replace(hulls=g1.hulls), b._replace(hulls=g2.hulls)
-    return _gjk(_support(a, b, both), a.pos, b.pos, kmax, tol, cut, active)
+    return _gjk(_support(a, b, both), a.pos, b.pos, kmax, tol, cut, active, discrete)
   runs = jax.vmap(run)(pair(c1, g1), pair(c2, g2), jnp.stack([margins + reach, reach]))
   core, full = (jax.tree.map(lambda x: x[i], runs) for i in range(2))
   shallow = (_rounded(g1) | _rounded(g2) | (margins > 0)) & (core.dist > tol)
