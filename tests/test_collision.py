@@ -18,6 +18,7 @@ import pytest
 
 import flexor
 from flexor.mjcf.from_mujoco import from_mujoco
+from flexor.types import GeomType
 
 import support
 from support import relerr
@@ -588,6 +589,32 @@ def test_max_geom_pairs_keeps_mujoco_trajectory():
     assert int(d.ncon) == md.ncon and int(d.ncollision_dropped) == 0, f"step {k}"
     assert relerr(d.qpos, md.qpos) < 1e-8, f"step {k}: qpos"
   assert most > 24, "more contacts than max_geom_pairs"
+
+
+def test_chunked_narrow_phase_keeps_mujoco_trajectory():
+  """20 balls (190 sphere-sphere candidates, more than collision.CHUNKED_ABOVE) dropped in two
+  layers: the narrow phase runs on the candidates whose bounding spheres meet, a chunk at a
+  time, and the balls follow MuJoCo's contacts and trajectory."""
+  balls = "\n".join(
+      f'<body pos="{x:.3f} {y:.3f} {z}"><freejoint/><geom type="sphere" size="0.08"/></body>'
+      for x, y, z in [(0.17 * i, 0.17 * j, 0.1) for i in range(4) for j in range(3)]
+      + [(0.085 + 0.17 * i, 0.085 + 0.17 * j, 0.3) for i in range(4) for j in range(2)])
+  xml = f"""<mujoco><worldbody><geom type="plane" size="5 5 0.1"/>{balls}</worldbody></mujoco>"""
+  m = flexor.load_mjcf_string(xml)
+  spheres = np.all(m.geom_type[m.collision_geom] == GeomType.SPHERE, axis=1)
+  assert spheres.sum() == 190 > flexor.collision.CHUNKED_ABOVE
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  d = flexor.make_data(m)
+  step = jax.jit(flexor.step)
+  most = 0
+  for k in range(150):
+    mujoco.mj_step(mj, md)
+    d = step(m, d)
+    most = max(most, md.ncon)
+    assert int(d.ncon) == md.ncon, f"step {k}"
+    assert relerr(d.qpos, md.qpos) < 1e-8, f"step {k}: qpos"
+  assert most > 20, "ball-ball contacts"
 
 
 def test_max_geom_pairs_overflow_is_counted():

@@ -104,3 +104,28 @@ def test_known_and_static_where_select_while_tracing_where_they_can():
     np.testing.assert_array_equal(got, expected)
     assert selects(lambda x: math.static_where(mask, x, 0.0)) == (0 if mask.all() == mask.any()
                                                                    else 1)
+
+
+def test_chunked_runs_fn_on_the_active_lanes_with_derivatives_under_vmap():
+  """math.chunked equals fn on the active lanes and zero on the others, its gradient too, in
+  chunks that do not divide the lanes; and under vmap, where every chunk runs."""
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.standard_normal((2, 11, 3)))
+  active = jnp.asarray(rng.random((2, 11)) < 0.5).at[1].set(False)
+
+  def fn(on, x):
+    assert on.shape == (4,)
+    return jnp.sin(x) * jnp.sum(x, axis=-1, keepdims=True), jnp.where(on, 1, 2)
+
+  def run(active, x):
+    return math.chunked(active, fn, (x,), 4)
+
+  def expected(active, x):
+    return (jnp.where(active[:, None], jnp.sin(x) * jnp.sum(x, -1, keepdims=True), 0.0),
+            jnp.where(active, 1, 0))
+
+  for a, b in zip(jax.jit(jax.vmap(run))(active, x), jax.vmap(expected)(active, x)):
+    np.testing.assert_allclose(a, b, rtol=1e-15)
+  loss = lambda f: lambda x: jnp.sum(f(active[0], x)[0] ** 2)
+  np.testing.assert_allclose(jax.grad(loss(run))(x[0]), jax.grad(loss(expected))(x[0]),
+                             rtol=1e-14)

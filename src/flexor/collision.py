@@ -7,9 +7,13 @@ GJK/EPA pairs of ``flexor.collision_convex`` all share one), so compile time gro
 number of type pairs, not of geom pairs. A slot whose contact the narrow phase does not produce
 has ``contact_exist`` False.
 
-Large scenes have two knobs. MJX's ``max_geom_pairs`` (a ``<custom><numeric>``) is a broad phase:
-each type pair's kernel runs on that many candidates, those whose bounding spheres (geom_rbound
-and the pair's margin) are nearest; pairs in reach beyond it are counted in
+A candidate whose geoms' bounding spheres (geom_rbound, grown by the pair's margin and gap)
+lie apart has no narrow phase, as MuJoCo's mj_filterSphere; a type pair with many candidates
+(above ``CHUNKED_ABOVE``) runs its kernel only on those that pass, a chunk at a time.
+
+Large scenes have two more knobs. MJX's ``max_geom_pairs`` (a ``<custom><numeric>``) is a broad
+phase: each type pair's kernel runs on that many candidates, those whose bounding spheres
+(geom_rbound and the pair's margin) are nearest; pairs in reach beyond it are counted in
 ``ncollision_dropped``. ``<size nconmax>`` compacts the contacts into fewer Data slots (see
 ``flexor.mjcf.constraint_rows``), so the solver's rows are those of contacts that can exist at
 once; contacts beyond it are counted in ``ncon_dropped``.
@@ -23,6 +27,7 @@ an adhesive one (MuJoCo 4's ``adhesion``) keeps a single frictionless row in the
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import jax
@@ -34,6 +39,11 @@ from flexor.mjcf import constraint_rows
 from flexor.types import ContactGradient, Data, DisableBit, EnableBit, GeomType, Model
 
 _MINMU = 1e-5  # mjMINMU: smallest friction coefficient
+# A type pair with more candidates than CHUNKED_ABOVE runs its narrow phase on the candidates
+# whose bounding spheres overlap (``_near``), CHUNK at a time (``math.chunked``): a large scene
+# pays for the pairs that are close, where one world is simulated; under vmap every chunk runs.
+CHUNK = 64
+CHUNKED_ABOVE = 2 * CHUNK
 _UNBOUNDED = (GeomType.PLANE, GeomType.HFIELD)
 
 
@@ -160,19 +170,25 @@ def mesh_ids(m: Model, geoms: np.ndarray) -> np.ndarray:
 
 def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
             ) -> tuple[Callable[..., collision_primitive.Contacts], tuple[Any, ...]]:
-  """The narrow phase of one group of candidates ``cands`` (n,): its batched collider and the
-  inputs it takes, each with leading axis n. ``args`` as ``collision_primitive``'s colliders
-  take them; the GJK/EPA pairs (``collision_convex``) all share one kernel."""
+  """The narrow phase of one group of candidates ``cands`` (n,): its batched collider
+  ``collide(active, *inputs)`` and the inputs it takes, each with leading axis n; ``active``
+  (n,) bool marks the candidates to collide (the others have no contact, and the GJK/EPA
+  searches take no step for them). ``args`` as ``collision_primitive``'s colliders take them;
+  the GJK/EPA pairs (``collision_convex``) all share one kernel."""
   g1, g2 = m.collision_geom[cands, 0], m.collision_geom[cands, 1]
   t1, t2 = m.geom_type[g1], m.geom_type[g2]
   key = (int(t1[0]), int(t2[0]))
   if key not in collision_convex.PAIRS and key[0] != GeomType.HFIELD:
     collide = collision_primitive.COLLIDERS[key]
-    if key[1] != GeomType.MESH:
-      return jax.vmap(collide), args
-    table = hulls(m)
-    return (jax.vmap(lambda *a: collide(*a, hulls=table)),
-            (*args, jnp.asarray(mesh_ids(m, g2))))
+    extra = ()
+    if key[1] == GeomType.MESH:
+      collide = functools.partial(collide, hulls=hulls(m))
+      extra = (jnp.asarray(mesh_ids(m, g2)),)
+
+    def primitive(active: jax.Array, *inputs: jax.Array) -> collision_primitive.Contacts:
+      dist, pos, frame, exist = jax.vmap(collide)(*inputs)
+      return dist, pos, frame, exist & active[:, None]
+    return primitive, (*args, *extra)
   mesh1, mesh2 = jnp.asarray(mesh_ids(m, g1)), jnp.asarray(mesh_ids(m, g2))
   table = hulls(m) if GeomType.MESH in (*t1.tolist(), *t2.tolist()) else None
   tol = jnp.broadcast_to(m.opt.ccd_tolerance, (len(g1),))
@@ -183,8 +199,9 @@ def _kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...]
       collision_multi.supports(a, b) for a, b in zip(t1.tolist(), t2.tolist()))
   collide = collision_convex.make_collider((set(t1.tolist()), set(t2.tolist())),
                                            m.opt.ccd_iterations, multi, table)
-  return jax.vmap(collide), (jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2,
-                             xmat2, size2, margin, mesh1, mesh2, tol)
+  return (lambda active, *inputs: jax.vmap(collide)(*inputs, active),
+          (jnp.asarray(t1), xpos1, xmat1, size1, jnp.asarray(t2), xpos2, xmat2, size2, margin,
+           mesh1, mesh2, tol))
 
 
 def _hfield_kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...], mesh2: jax.Array,
@@ -199,10 +216,23 @@ def _hfield_kernel(m: Model, cands: np.ndarray, args: tuple[jax.Array, ...], mes
   collide = collision_hfield.make_collider(tuple(m.geom_type[g2].tolist()), m.opt.ccd_iterations,
                                            window, k, table)
   xpos1, xmat1, _, xpos2, xmat2, size2, margin = args
-  return collide, (m.hfield_data, jnp.asarray(m.hfield_adr[h]), m.hfield_size[h],
-                   jnp.asarray(m.hfield_nrow[h]), jnp.asarray(m.hfield_ncol[h]), xpos1, xmat1,
-                   jnp.asarray(m.geom_type[g2]), xpos2, xmat2, size2, m.geom_rbound[g2], margin,
-                   mesh2, tol)
+  # the height field's own bounding tests decide which prisms to collide
+  return (lambda active, *inputs: collide(*inputs),
+          (m.hfield_data, jnp.asarray(m.hfield_adr[h]), m.hfield_size[h],
+           jnp.asarray(m.hfield_nrow[h]), jnp.asarray(m.hfield_ncol[h]), xpos1, xmat1,
+           jnp.asarray(m.geom_type[g2]), xpos2, xmat2, size2, m.geom_rbound[g2], margin, mesh2,
+           tol))
+
+
+def _near(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, reach: jax.Array) -> jax.Array:
+  """mj_filterSphere's test of the candidates (g1, g2) (n,) bool: False where both geoms are
+  bounded and their bounding spheres (geom_rbound), grown by ``reach``, lie apart, so that no
+  contact can exist; such candidates take no narrow phase, as in MuJoCo."""
+  rb1, rb2 = m.geom_rbound[g1], m.geom_rbound[g2]
+  dif = jax.lax.stop_gradient(d.geom_xpos[g1] - d.geom_xpos[g2])
+  bound = jax.lax.stop_gradient(rb1 + rb2 + reach)
+  distsqr = (dif[:, 0] * dif[:, 0] + dif[:, 1] * dif[:, 1]) + dif[:, 2] * dif[:, 2]
+  return ~((rb1 > 0) & (rb2 > 0) & (distsqr > bound * bound))
 
 
 def _nearest(m: Model, d: Data, g1: np.ndarray, g2: np.ndarray, reach: jax.Array
@@ -261,18 +291,23 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
       args = (d.geom_xpos[g1], d.geom_xmat[g1], m.geom_size[g1],
               d.geom_xpos[g2], d.geom_xmat[g2], m.geom_size[g2], reach[cands])
       collide, inputs = _kernel(m, cands, args)
+      near = _near(m, d, g1, g2, reach[cands])
       conadr = m.collision_conadr[cands]
       # a plane's or height field's bounding sphere is unbounded: those pairs always run
-      max_pairs = (0 <= m.max_geom_pairs < len(cands)
-                   and not np.isin(types[cands[0]], _UNBOUNDED).any())
+      bounded = not np.isin(types[cands[0]], _UNBOUNDED).any()
+      max_pairs = bounded and 0 <= m.max_geom_pairs < len(cands)
       if max_pairs:
         take, left_out = _nearest(m, d, g1, g2, reach[cands])
         skipped = skipped + left_out
         if not m.max_geom_pairs:
           continue
         inputs = jax.tree.map(lambda x: x[take], inputs)
+        near = near[take]
         conadr = jnp.asarray(conadr)[take]
-      c_dist, c_pos, c_frame, c_exist = collide(*inputs)
+      if bounded and len(near) > CHUNKED_ABOVE:
+        c_dist, c_pos, c_frame, c_exist = math.chunked(near, collide, inputs, CHUNK)
+      else:
+        c_dist, c_pos, c_frame, c_exist = collide(near, *inputs)
       k = c_dist.shape[1]
       # a candidate with fewer slots than the kernel returns (height fields) drops the rest
       own = np.arange(k)[None, :] < m.collision_connum[cands][:, None]

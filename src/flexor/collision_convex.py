@@ -816,17 +816,10 @@ def _ccd(g1: Geom, g2: Geom, kinds: Kinds, found: _Witness, distance: bool = Fal
   return found.path > 0, e_dist, e1, e2
 
 
-def _contact(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, kmax: int, tol: jax.Array
-             ) -> _Contact:
-  """mjc_penetration: one contact (dist, pos, normal from geom 1 to geom 2)."""
-  found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol),
-                  jnp.asarray(True))
-  return _contact_at(g1, g2, kinds, margin, found)
-
-
 def _contact_at(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: _Witness
                 ) -> _Contact:
-  """_contact, with derivatives, at the search's result ``found``."""
+  """mjc_penetration's one contact (dist, pos, normal from geom 1 to geom 2), with derivatives,
+  at the search's result ``found``."""
   hit, dist, x1, x2 = _ccd(g1, g2, kinds, found)
   diff = x1 - x2
   nn = _norm(diff)
@@ -889,25 +882,26 @@ def make_collider(kinds: Kinds, kmax: int, multi: bool = False, hulls: Hulls | N
   """The collider of every convex pair whose first geom's type is in ``kinds[0]`` and whose
   second's is in ``kinds[1]``, for ``collision``:
 
-    collider(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, mesh1, mesh2, tol)
+    collider(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, mesh1, mesh2, tol,
+             active)
 
   with the shapes of ``collision_primitive`` (K = 1, or collision_multi.MAXCON with ``multi``:
   MuJoCo 4's multi-contact search for the pairs that have one); ``type1, type2`` () the geom
   types, ``mesh1, mesh2`` () int32 their meshes (read where a geom is a mesh) in ``hulls``, the
-  model's hull tables (needed where a kind is MESH), ``tol`` () ``opt.ccd_tolerance``. An
-  inactive slot holds the search's last estimate (finite, but not a signed distance where the
-  geoms are apart)."""
+  model's hull tables (needed where a kind is MESH), ``tol`` () ``opt.ccd_tolerance``,
+  ``active`` () bool whether to search at all (a pair that is not takes no GJK step and has no
+  contact). An inactive slot holds the search's last estimate (finite, but not a signed
+  distance where the geoms are apart)."""
   kinds = tuple(tuple(sorted(int(k) for k in set(ks))) for ks in kinds)
 
   def collide(type1, pos1, mat1, size1, type2, pos2, mat2, size2, margin, mesh1, mesh2,
-              tol) -> Contacts:
+              tol, active) -> Contacts:
     g1 = _geom(type1, pos1, mat1, size1, margin, mesh1, hulls)
     g2 = _geom(type2, pos2, mat2, size2, margin, mesh2, hulls)
+    found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol), active)
     if not multi:
-      return _finish(jax.tree.map(lambda x: x[None], _contact(g1, g2, kinds, margin, kmax, tol)),
+      return _finish(jax.tree.map(lambda x: x[None], _contact_at(g1, g2, kinds, margin, found)),
                      1)
-    found = _search(_frozen(g1), _frozen(g2), kinds, kmax, jax.lax.stop_gradient(tol),
-                    jnp.asarray(True))
     return _finish(_multi_contacts(g1, g2, kinds, margin, found), collision_multi.MAXCON)
 
   return collide

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flexor import collision_convex
+from flexor import collision_convex, math
 from flexor.collision_primitive import Contacts, Hulls, _Contact, _finish
 from flexor.types import GeomType
 
@@ -159,7 +159,7 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
     # the hull tables join the geom inside each lane's search, unbatched
     frozen = lambda g: collision_convex._frozen(g._replace(hulls=hulls))
 
-    def search(f, g, t, mg, on):
+    def search(on, f, g, t, mg):
       """The contacts of one chunk of lanes (B,), of which ``on`` are visited prisms."""
       gjks = jax.vmap(lambda f, g, t, a: collision_convex._search_gjk(
           frozen(f), frozen(g), pair_kinds, kmax, t, a))(f, g, t, on)
@@ -180,24 +180,9 @@ def make_collider(kinds: tuple[int, ...], kmax: int, window: tuple[int, int], k:
           f, g, mg, found)
       return c._replace(valid=c.valid & on)
 
-    def skip(*chunk):
-      return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(search, *chunk))
-
-    # The visited prisms, first, in chunks of an eighth of the lanes: geoms resting on the field
-    # (the common case) visit one chunk's worth, and a chunk without a visited prism costs
-    # nothing. One loop body keeps the narrow phase in the program once. Under vmap over worlds
-    # every chunk runs.
-    few = max(1, lanes // 8)
-    nchunk = -(-lanes // few)
-    sel = jnp.nonzero(active, size=nchunk * few, fill_value=lanes)[0]
-    take = lambda x: x[jnp.minimum(sel, lanes - 1)].reshape((nchunk, few) + x.shape[1:])
-    chunks = (jax.tree.map(take, field), jax.tree.map(take, geom), take(tol), take(margin),
-              (sel < lanes).reshape(nchunk, few))
-    _, c = jax.lax.scan(
-        lambda _, chunk: (None, jax.lax.cond(jnp.any(chunk[-1]), search, skip, *chunk)),
-        None, chunks)
-    c = jax.tree.map(lambda x: jnp.zeros((lanes,) + x.shape[2:], x.dtype).at[sel].set(
-        x.reshape((nchunk * few,) + x.shape[2:]), mode="drop"), c)
+    # The visited prisms in chunks of an eighth of the lanes: geoms resting on the field (the
+    # common case) visit one chunk's worth.
+    c = math.chunked(active, search, (field, geom, tol, margin), max(1, lanes // 8))
     # back to the pairs, and from the height field's frame to the world's
     c = jax.tree.map(lambda x: x.reshape((n, count) + x.shape[1:]), c)
     rotate = jax.vmap(jax.vmap(_mul, in_axes=(None, 0)))

@@ -296,3 +296,30 @@ def run_if(flag: jax.Array, value: _T, fn: Callable[..., _T], *args: Any) -> _T:
     return fn(*operands), ~flag
 
   return jax.lax.while_loop(lambda s: s[1], once, (value, flag))[0]
+
+
+def chunked(active: jax.Array, fn: Callable[..., _T], args: tuple[Any, ...], size: int) -> _T:
+  """``fn(on, *args)`` on the lanes where ``active`` (n,) bool is set, ``size`` lanes at a time;
+  zeros on the others. Every leaf of ``args`` and of fn's result has the lanes as its leading
+  axis.
+
+  The active lanes are gathered first, in order, into chunks of ``size``; a scan visits the
+  chunks and a cond skips each one without an active lane, so the work grows with the active
+  lanes rather than with n, and the program holds fn once. ``on`` (size,) marks a chunk's
+  active lanes (a chunk is filled up with copies of the last lane). Differentiable in both
+  modes. Under vmap the cond computes both branches: every chunk runs, as one vectorised call
+  would."""
+  n = active.shape[0]
+  nchunk = -(-n // size)
+  sel = jnp.nonzero(active, size=nchunk * size, fill_value=n)[0]
+  take = lambda x: x[jnp.minimum(sel, n - 1)].reshape((nchunk, size) + x.shape[1:])
+  on = (sel < n).reshape(nchunk, size)
+
+  def skip(on: jax.Array, *chunk: Any) -> _T:
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, on, *chunk))
+
+  _, out = jax.lax.scan(
+      lambda _, chunk: (None, jax.lax.cond(jnp.any(chunk[0]), fn, skip, *chunk)),
+      None, (on, *jax.tree.map(take, tuple(args))))
+  return jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[2:], x.dtype).at[sel].set(
+      x.reshape((nchunk * size,) + x.shape[2:]), mode="drop"), out)
