@@ -367,29 +367,32 @@ def _polygon_quad(pts: jax.Array, n: jax.Array) -> jax.Array:
   nxt = lambda i: (i + 1) % n
 
   def climb(slot: int):
-    """Advances corner ``slot`` while the area grows."""
+    """Advances corner ``slot`` while the area grows, at most n times: the loop's test and its
+    body are compiled apart, and XLA may round the same area differently in each (a fused
+    multiply-add in one), so on a regular polygon, whose turned quadrilaterals have equal areas,
+    an unbounded climb could go round for ever."""
     def cond(s):
-      q, m, _ = s
-      return area(q.at[slot].set(nxt(q[slot]))) > m
+      q, m, _, k = s
+      return (k < n) & (area(q.at[slot].set(nxt(q[slot]))) > m)
 
     def body(s):
-      q, _, _ = s
+      q, _, _, k = s
       q = q.at[slot].set(nxt(q[slot]))
-      return q, area(q), q
+      return q, area(q), q, k + 1
     return cond, body
+
+  def fresh(s):
+    return (*s[:3], jnp.zeros((), jnp.int32))
 
   def outer(a, s):
     q, m, res = s
     q = q.at[0].set(a)
 
-    def cond(s):
-      return climb(3)[0](s)
-
     def body(s):
       s = climb(3)[1](s)
-      s = jax.lax.while_loop(*climb(2), s)
-      return jax.lax.while_loop(*climb(1), s)
-    q, m, res = jax.lax.while_loop(cond, body, (q, m, res))
+      inner = jax.lax.while_loop(*climb(2), fresh(s))
+      return (*jax.lax.while_loop(*climb(1), fresh(inner))[:3], s[3])
+    q, m, res, _ = jax.lax.while_loop(climb(3)[0], body, (q, m, res, jnp.zeros((), jnp.int32)))
     b_hit = q[1] == a
     q = q.at[1].set(jnp.where(b_hit, nxt(q[1]), q[1]))
     c_hit = b_hit & (q[2] == q[1])
