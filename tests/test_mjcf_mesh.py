@@ -446,6 +446,8 @@ def test_hull_tables(path):
   """The hull rows the mesh colliders index (mesh.hull_tables) hold, for every mesh of the
   model, MuJoCo's hull graph, polygons at each vertex, loop neighbours, plane-contact quads and
   polygon loops, each vertex once."""
+  if not os.path.exists(path):
+    pytest.skip(f"{path} not present")
   m = flexor.load_mjcf(path)
   vert_of = lambda rows: [int(m.hull_vertid[r]) for r in rows if r >= 0]
   ends = np.append(m.mesh_hulladr, len(m.hull_vertid))
