@@ -65,7 +65,7 @@ def _resting_poses(mj: mujoco.MjModel, n: int, seed: int) -> np.ndarray:
 
 
 def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0,
-             compiled: bool = False) -> tuple[int, int, int]:
+             compiled: bool = False, poses: list[int] | None = None) -> tuple[int, int, int]:
   """Contacts of both engines at n resting poses: (poses, poses with several contacts, poses
   whose every contact agrees to 1e-9 in dist, pos and frame). Contact counts must agree at
   every pose, and every contact's normal within 1e-4 (where EPA's last face is one of several
@@ -74,7 +74,8 @@ def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0,
   The Model comes from MuJoCo's (``from_mujoco``), whose mesh polygons are MuJoCo's, or with
   ``compiled`` from flexor's compiler: its polygons are the same faces, but listed in another
   order and each starting from another vertex (MuJoCo's follow qhull's facets), so a mesh
-  face's contacts come in another cyclic order; they are then matched as sets."""
+  face's contacts come in another cyclic order; they are then matched as sets. ``poses``
+  keeps those of the n poses."""
   xml = _xml(a, b, margin)
   mj = mujoco.MjModel.from_xml_string(xml)
   with warnings.catch_warnings():
@@ -82,6 +83,7 @@ def _compare(a: str, b: str, n: int, margin: float = 0.0, seed: int = 0,
     m = flexor.load_mjcf_string(xml) if compiled else from_mujoco(mj)
   assert m.ncollision == 1
   qs = _resting_poses(mj, n, seed)
+  qs = qs if poses is None else qs[poses]
   ours = batched_collision(m)(jnp.asarray(qs))
   md = mujoco.MjData(mj)
   several = exact = 0
@@ -125,11 +127,21 @@ def test_compiled_meshes_give_the_same_contacts():
 def test_cylinder_on_box_matches_mujoco():
   """A cylinder's cap (a 16-gon) clipped by a box's face: more than four vertices, of which
   MuJoCo keeps four by polygonQuad's rotating search. On a regular polygon many quadrilaterals
-  have the same area to round-off, and MuJoCo 4.0's search sometimes ends on a larger one than
-  MuJoCo Warp's port that flexor follows: those poses keep the count, the normal and the first
-  contact, not the other three."""
+  have the same area to round-off, so the one kept turns on the last bits of the vertices and
+  areas, which flexor rounds as MuJoCo's machine code does (no fused multiply-adds). The
+  other poses keep the count, the normal and the first contact; rounding elsewhere (the geom
+  frames from their quaternions) is the likely cause, not traced."""
   n, several, exact = _compare("cylinder", "box", 30, margin=0.01)
-  assert several >= 10 and exact >= 0.6 * n, (several, exact)
+  assert several >= 10 and exact >= 0.85 * n, (several, exact)
+
+
+@pytest.mark.parametrize("other, poses", [("box", [45, 51]), ("mesh", [15, 45])])
+def test_cylinder_side_on_a_face_matches_mujoco(other, poses):
+  """A cylinder lying on a face, its side matched with the face: MuJoCo clips the side line
+  deepest along the face's normal, not the line through GJK/EPA's point, which at these poses
+  clipped to two contacts where MuJoCo finds one."""
+  n, _, exact = _compare("cylinder", other, 60, seed=1, poses=poses)
+  assert exact == len(poses), exact
 
 
 def test_capsule_on_mesh_matches_mujoco():

@@ -15,7 +15,11 @@ farthest points); each becomes a contact with its own depth and the face's norma
 
 The C sources of this search are not public: it follows MuJoCo Warp 4.0's port of it
 (``collision_gjk.multicontact``) and is checked against the MuJoCo 4.0.0 binary in float64
-(``tests/test_collision_multi.py``).
+(``tests/test_collision_multi.py``). Where the port and the 4.0.1 binary differ, it follows
+the binary (read from its machine code): the clipping's halfspace test and crossings, the
+cylinder cap's tables, and the rounding of every product and sum in the faces, the clipping
+and polygonQuad's areas, since which of many quadrilaterals of equal area polygonQuad keeps
+turns on their last bits.
 
 Everything runs at fixed sizes: candidate lists are masks over the largest list the geom kinds
 can have, polygons live in arrays of the most vertices clipping can leave, and the
@@ -33,7 +37,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor.collision_primitive import Hulls, hull_support
-from flexor.math import cross as _cross
 from flexor.math import dot as _dot
 from flexor.math import safe_norm
 from flexor.math import mat_vec as _mat_vec
@@ -43,12 +46,14 @@ _G = GeomType
 MINVAL = 1e-15
 FACE_TOL = math.cos(0.0889)  # two faces are aligned within this angle
 EDGE_TOL = math.sin(0.0889)  # an edge lies in a face within this angle
-INTERSECT_TOL = 3e-7  # a clipped edge's intersection parameter may leave [0, 1] by this much
-HALFSPACE_TOL = 1e-10
-PARALLEL_TOL = 1e-10
 NCYL = 16  # a cylinder's cap is clipped as a regular 16-gon
-_CYL_COS = np.array([math.cos(i * math.pi / 8.0) for i in range(NCYL)])
-_CYL_SIN = np.array([math.sin(i * math.pi / 8.0) for i in range(NCYL)])
+# cylinderFace's tables: MuJoCo's 15-digit literals, not cos and sin rounded to double
+_C1, _C2, _C3 = 0.923879532511287, 0.707106781186548, 0.38268343236509
+_S2 = 0.707106781186547
+_CYL_COS = np.array([1.0, _C1, _C2, _C3, 0.0, -_C3, -_S2, -_C1, -1.0, -_C1, -_C2, -_C3, 0.0, _C3,
+                     _S2, _C1])
+_CYL_SIN = np.array([0.0, _C3, _S2, _C1, 1.0, _C1, _C2, _C3, 0.0, -_C3, -_S2, -_C1, -1.0, -_C1,
+                     -_C2, -_C3])
 FACE_KINDS = (_G.BOX, _G.MESH, _G.CYLINDER)
 EDGE_KINDS = (_G.CAPSULE,)
 MAXCON = 4  # contacts a search returns at most
@@ -68,6 +73,43 @@ def _rot(g, local: jax.Array) -> jax.Array:
 def _world(g, local: jax.Array) -> jax.Array:
   """A point (..., 3) of geom ``g``'s frame in the world."""
   return _rot(g, local) + g.pos.reshape((1,) * (local.ndim - 1) + (3,))
+
+
+@jax.custom_jvp
+def _rounded(x: jax.Array) -> jax.Array:
+  """x itself (nextafter(x, x)), opaque to XLA: a product passed through it is rounded before a
+  later sum, where XLA's CPU backend would otherwise fuse the two into a multiply-add. MuJoCo
+  rounds every product, and which of a clipped polygon's many quadrilaterals of equal area
+  polygonQuad keeps turns on the last bits of the faces' vertices and of the areas."""
+  return jax.lax.nextafter(x, x)
+
+
+@_rounded.defjvp
+def _rounded_jvp(primals, tangents):
+  return jax.lax.nextafter(primals[0], primals[0]), tangents[0]
+
+
+def _mul(a: jax.Array, b: jax.Array) -> jax.Array:
+  return _rounded(a * b)
+
+
+def _xdot(a: jax.Array, b: jax.Array) -> jax.Array:
+  """dot3 as MuJoCo rounds it: (a0 b0 + a1 b1) + a2 b2, along the last axis of equal ranks."""
+  p = _mul(a, b)
+  return (p[..., 0] + p[..., 1]) + p[..., 2]
+
+
+def _xcross(a: jax.Array, b: jax.Array) -> jax.Array:
+  """cross3 as MuJoCo rounds it, along the last axis of equal ranks."""
+  c = lambda i, j: _mul(a[..., i], b[..., j]) - _mul(a[..., j], b[..., i])
+  return jnp.stack([c(1, 2), c(2, 0), c(0, 1)], axis=-1)
+
+
+def _xworld(g, local: jax.Array) -> jax.Array:
+  """_world as MuJoCo's globalcoord rounds it: mat local (mju_mulMatVec3), then + pos."""
+  lead = (1,) * (local.ndim - 1)
+  p = _mul(g.mat.reshape(lead + (3, 3)), local[..., None, :])
+  return ((p[..., 0] + p[..., 1]) + p[..., 2]) + g.pos.reshape(lead + (3,))
 
 
 def _unit(v: jax.Array) -> jax.Array:
@@ -281,6 +323,22 @@ def _cylinder_edges(g, dim: jax.Array, idx: jax.Array, point: jax.Array) -> _Edg
                 ok=((dim == 1) | (dim == 2))[None])
 
 
+def _cylinder_side(g, normal: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The side line of cylinder ``g`` that the clipping uses once a face of the other geom
+  (outward unit ``normal`` (3,)) has been matched with the cylinder's axis: the line deepest
+  along -normal, from -size[1] to +size[1] along the axis, wherever GJK/EPA's point lies on
+  the cylinder (MuJoCo 4.0.1's mjc_multicontact, read from its machine code; a line through
+  that point can clip to two contacts where MuJoCo's, beside the face, clips to none). Returns
+  its two ends and whether the normal leaves the axis (else the search is not used)."""
+  axis = g.mat[:, 2]
+  v = normal - _dot(normal, axis) * axis
+  nv2 = _dot(v, v)
+  ok = nv2 >= MINVAL * MINVAL
+  point = g.pos - v * jnp.where(ok, g.size[0] / jnp.sqrt(jnp.where(ok, nv2, 1.0)), 0.0)
+  half = axis * g.size[1]
+  return point - half, point + half, ok
+
+
 def _capsule_edges(g, witness: jax.Array) -> _Edges:
   """capsuleEdgeNormals: the capsule's segment moved out to its witness point (3,)."""
   axis = g.mat[:, 2]
@@ -321,20 +379,22 @@ def _face(kinds: tuple[int, ...], g, v: jax.Array, face_id: jax.Array, size: int
   dtype = g.pos.dtype
   pts, count = jnp.zeros((size, 3), dtype), jnp.array(0, jnp.int32)
   if _G.BOX in kinds:
-    corners = _world(g, jnp.asarray(_BOX_FACES, dtype)[jnp.clip(face_id, 0, 5)] * g.size[None])
+    corners = _xworld(g, jnp.asarray(_BOX_FACES, dtype)[jnp.clip(face_id, 0, 5)] * g.size[None])
     box = jnp.zeros((size, 3), dtype).at[:4].set(corners)
     pts, count = _select(g.kind == _G.BOX, (box, jnp.array(4, jnp.int32)), (pts, count))
   if _G.MESH in kinds:
     polygon = jnp.maximum(g.hulls.poly[jnp.maximum(v, 0), face_id], 0)
     loop = g.hulls.loop[polygon]
-    mesh = jnp.zeros((size, 3), dtype).at[:loop.shape[0]].set(_world(g, g.hulls.vert[loop]))
+    mesh = jnp.zeros((size, 3), dtype).at[:loop.shape[0]].set(_xworld(g, g.hulls.vert[loop]))
     pts, count = _select(g.kind == _G.MESH, (mesh, g.hulls.nloop[polygon]), (pts, count))
   if _G.CYLINDER in kinds:
+    # the rim in the geom's frame, (r cos, -r sin) on the top cap, mirrored in y on the bottom
     sgn = jnp.where(face_id != 0, -1.0, 1.0).astype(dtype)
-    center = g.mat[:, 2] * (sgn * g.size[1]) + g.pos
-    col0, col1 = g.mat[:, 0] * g.size[0], g.mat[:, 1] * (g.size[0] * sgn)
-    rim = (col0[None] * jnp.asarray(_CYL_COS, dtype)[:, None]
-           - col1[None] * jnp.asarray(_CYL_SIN, dtype)[:, None]) + center[None]
+    radius = g.size[0]
+    local = jnp.stack([_mul(radius, jnp.asarray(_CYL_COS, dtype)),
+                       sgn * _mul(radius, -jnp.asarray(_CYL_SIN, dtype)),
+                       jnp.broadcast_to(sgn * g.size[1], (NCYL,))], axis=-1)
+    rim = _xworld(g, local)
     cyl = jnp.zeros((size, 3), dtype).at[:NCYL].set(rim)
     pts, count = _select(g.kind == _G.CYLINDER, (cyl, jnp.array(NCYL, jnp.int32)),
                          (pts, count))
@@ -356,7 +416,9 @@ def face_size(kinds: tuple[int, ...], hulls: Hulls | None) -> int:
 #------------------------------------ clipping -----------------------------------------------------
 
 def _area4(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> jax.Array:
-  return 0.5 * safe_norm(_cross(a - c, b - d))
+  """area4: half the norm of (a - c) x (b - d), rounded as MuJoCo does."""
+  e = _xcross(a - c, b - d)
+  return 0.5 * jnp.sqrt(_xdot(e, e))
 
 
 def _polygon_quad(pts: jax.Array, n: jax.Array) -> jax.Array:
@@ -425,8 +487,12 @@ def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npol
   size = 2 * f
   nxt = jnp.where(jnp.arange(f) + 1 < nclipper, jnp.arange(f) + 1, 0)
   a = clipper
-  pn = _cross(a[nxt] - a, (a + n[None]) - a)
-  pd = _dot(pn, a)
+  # planeNormal: the unit normals of the planes through the edges, perpendicular to the face
+  pn = _xcross(a[nxt] - a, (a + n[None]) - a)
+  norm = jnp.sqrt(_xdot(pn, pn))
+  tiny = norm < MINVAL  # mju_normalize3: (1, 0, 0)
+  pn = jnp.where(tiny[:, None], jnp.asarray([1.0, 0.0, 0.0], pn.dtype)[None],
+                 _mul(pn, (1.0 / jnp.where(tiny, 1.0, norm))[:, None]))
   pts = jnp.zeros((size, 3), poly.dtype).at[:f].set(poly)
   count = npoly.astype(jnp.int32)
   ids = jnp.arange(size)
@@ -434,14 +500,18 @@ def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npol
   # level 0 with its elemental emitters (the test suite's flags) ran the batched cylinder-box
   # collider of 24 resting poses for over 45 minutes without finishing (each pose alone: 20 ms).
   for e in range(f):
-    q = pts[(ids + 1) % jnp.maximum(count, 1)]
-    in1 = _dot(pts - a[e][None], pn[e]) > -HALFSPACE_TOL
-    in2 = _dot(q - a[e][None], pn[e]) > -HALFSPACE_TOL
-    den = _dot(pn[e], q - pts)
-    par = jnp.abs(den) < PARALLEL_TOL
-    t = jnp.where(par, jnp.inf, (pd[e] - _dot(pn[e], pts)) / jnp.where(par, 1.0, den))
-    hit = (in1 != in2) & (t > -INTERSECT_TOL) & (t < 1.0 + INTERSECT_TOL)
-    x = pts + jnp.clip(jnp.where(hit, t, 0.0), 0.0, 1.0)[:, None] * (q - pts)
+    # MuJoCo 4.0's halfspace test and crossing: P inside where its distance d1 to the plane
+    # exceeds -mjMINVAL, PQ crossing at t = d1 / (d1 - d2) where that lies in [0, 1]
+    nxt_id = (ids + 1) % jnp.maximum(count, 1)
+    q = pts[nxt_id]
+    d1 = _xdot(pts - a[e][None], pn[e][None])
+    d2 = d1[nxt_id]
+    in1, in2 = d1 > -MINVAL, d2 > -MINVAL
+    den = d1 - d2
+    par = den == 0
+    t = d1 / jnp.where(par, 1.0, den)
+    hit = (in1 != in2) & ~par & (t >= 0.0) & (t <= 1.0)
+    x = pts + _mul(jnp.where(hit, t, 0.0)[:, None], q - pts)
     live = ids < count
     cand = jnp.stack([x, q], axis=1).reshape(-1, 3)
     keep = jnp.stack([live & hit, live & in2], axis=1).reshape(-1)
@@ -449,12 +519,12 @@ def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npol
     active = e < nclipper
     pts, count = jnp.where(active, clipped, pts), jnp.where(active, ncl, count)
   # drop what lies farther than the margin above the face
-  above = _dot(pts - a[0][None], n)
+  above = _xdot(pts - a[0][None], n[None])
   pts, count = _compact(pts, (ids < count) & (above <= margin), size)
   # an edge clipped: its two farthest points; more than four: polygonQuad's; else all
   diff = pts[:, None, :] - pts[None, :, :]
   d2 = jnp.where((ids[:, None] < ids[None, :]) & (ids[None, :] < count),
-                 _dot(diff, diff), -1.0)
+                 _xdot(diff, diff), -1.0)
   best = jnp.argmax(d2.reshape(-1))
   far = jnp.where(jnp.max(d2) > 0, jnp.stack([best // size, best % size]), jnp.array([0, 1]))
   far = jnp.concatenate([far, far]).astype(jnp.int32)
@@ -464,9 +534,9 @@ def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npol
   pick = jnp.where(edge, far, quad)
   num = jnp.where(edge, 2, jnp.minimum(count, 4))
   v = pts[pick]
-  w1 = v - _dot(v - a[0][None], n)[:, None] * n[None]
-  dist = _dot(w1 - v, wit_dir)
-  w2 = w1 - dist[:, None] * wit_dir[None]
+  w1 = v - _mul(_xdot(v - a[0][None], n[None])[:, None], n[None])
+  dist = _xdot(w1 - v, wit_dir[None])
+  w2 = w1 - _mul(dist[:, None], wit_dir[None])
   return num, w1, w2, dist
 
 
@@ -529,10 +599,20 @@ def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: j
   size = max(face_size(kinds[0], g1.hulls), face_size(kinds[1], g2.hulls))
   face1, n1 = _face(kinds[0], g1, i1[0], jnp.where(edge2, f1.id[fj2], f1.id[fi]), size)
   face2, n2 = _face(kinds[1], g2, i2[0], jnp.where(edge1, f2.id[fj1], f2.id[fj]), size)
-  seg = lambda e, k: jnp.zeros((size, 3), e.end.dtype).at[0].set(e.start).at[1].set(e.end[k])
+  def seg(g, ks, others, e: _Edges, k, normal):
+    """The matched edge as a 2-gon; a cylinder's side line follows the matched face (where
+    the other geom can have one)."""
+    a, b, ok = e.start, e.end[k], None
+    if _G.CYLINDER in ks and any(o in FACE_KINDS for o in others):
+      c0, c1, c_ok = _cylinder_side(g, normal)
+      cyl = g.kind == _G.CYLINDER
+      a, b, ok = jnp.where(cyl, c0, a), jnp.where(cyl, c1, b), ~cyl | c_ok
+    return jnp.zeros((size, 3), e.end.dtype).at[0].set(a).at[1].set(b), ok
+  seg1, ok1 = seg(g1, kinds[0], kinds[1], e1, ei1, f2.normal[fj1])
+  seg2, ok2 = seg(g2, kinds[1], kinds[0], e2, ei2, f1.normal[fj2])
   clipper = jnp.where(edge1, face2, face1)
   nclipper = jnp.where(edge1, n2, n1)
-  poly = jnp.where(edge1, seg(e1, ei1), jnp.where(edge2, seg(e2, ei2), face2))
+  poly = jnp.where(edge1, seg1, jnp.where(edge2, seg2, face2))
   npoly = jnp.where(edge1 | edge2, 2, n2)
   normal1, normal2 = f1.normal[jnp.where(edge2, fj2, fi)], f2.normal[jnp.where(edge1, fj1, fj)]
   n = jnp.where(edge1, normal2, normal1)
@@ -550,6 +630,9 @@ def multicontact(kinds: tuple[tuple[int, ...], tuple[int, ...]], g1, g2, dirs: j
   for g, ks in ((g1, kinds[0]), (g2, kinds[1])):
     if _G.MESH in ks:
       usable = usable & ((g.kind != _G.MESH) | (g.hulls.polynum[g.mesh] > 0))
+  for edge, ok in ((edge1, ok1), (edge2, ok2)):
+    if ok is not None:  # a cylinder's side line needs the face normal off its axis
+      usable = usable & (~edge | ok)
   done = run & usable & (count >= 1)
   first = lambda x, w: jnp.where(done, w, jnp.zeros_like(w).at[0].set(x))
   return jnp.where(done, count, 1), first(x1, w1), first(x2, w2), dist
