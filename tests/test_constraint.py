@@ -459,23 +459,44 @@ def test_solver_on_active_rows_matches_all_rows(monkeypatch, two_piles, solver_t
   of slots, and a world whose active rows do not fit is solved again on all rows. A batch of
   two piles, one resting (36 active rows of 76) and one with its bodies lifted apart (none), is
   solved with the rows gathered into 40 slots (both fit), 16 (the resting pile overflows under
-  vmap, the lifted one does not), and on all rows (None): the solutions agree to rounding."""
+  vmap, the lifted one does not), and on all rows (None); Newton also with tiers of 16, then
+  40 slots (the resting pile fits the second): the solutions agree to rounding."""
   m, batch = two_piles
   m = m.replace(opt=m.opt.replace(solver=solver_type))
-  module = solver_pgs if solver_type == SolverType.PGS else solver
 
-  def solve(capacity):
-    monkeypatch.setattr(module, "_capacity", lambda rows: capacity)
+  def solve(tiers):
+    if solver_type == SolverType.PGS:
+      monkeypatch.setattr(solver_pgs, "_capacity", lambda rows: tiers[-1] if tiers else None)
+    else:
+      monkeypatch.setattr(solver, "_capacities", lambda rows: tiers)
     return jax.jit(jax.vmap(lambda d: solver.solve(m, d)))(batch)
 
-  want = solve(None)
+  want = solve(())
   scale = np.max(np.abs(np.asarray(want.qacc_smooth)))
   force_scale = np.max(np.abs(np.asarray(want.efc_force)))
-  for capacity in (40, 16):
-    got = solve(capacity)
+  tiered = [(16, 40)] if solver_type == SolverType.NEWTON else []
+  for tiers in [(40,), (16,)] + tiered:
+    got = solve(tiers)
     np.testing.assert_allclose(got.qacc, want.qacc, rtol=0, atol=1e-10 * scale)
     np.testing.assert_allclose(got.efc_force, want.efc_force, rtol=0, atol=1e-10 * force_scale)
     np.testing.assert_array_equal(got.efc_state, want.efc_state)
+
+
+def test_solver_tiers_grow_with_the_rows():
+  """The Newton iterations' row tiers: none where a quarter of the conditional rows is no
+  saving, one (a quarter, on top of the always-active rows) for a model like the humanoid,
+  and an eighth of that first for a scene of thousands of contact slots (MuJoCo's dice.xml:
+  21,800 rows, 400 active at rest)."""
+  def tiers(always: int, conditional: int) -> tuple[int, ...]:
+    n = always + conditional
+    rows = solver._Rows(quadratic=np.arange(n) < always, friction=np.zeros(n, bool),
+                        in_cone=np.zeros(n, bool), cone=np.zeros((0, 6), int),
+                        cone_mask=np.zeros((0, 6), bool))
+    return solver._capacities(rows)
+
+  assert tiers(3, 20) == ()
+  assert tiers(6, 424) == (6 + 112,)
+  assert tiers(0, 21800) == (688, 5456)
 
 
 def test_contact_jacobians_on_active_rows_match_all_rows(monkeypatch, two_piles):

@@ -20,7 +20,7 @@ scale and a stopping test per island. PGS (``solver="PGS"``), MuJoCo's dual meth
 derivatives are those of this primal optimum, which it converges to. The loops are
 ``lax.while_loop`` with early exit at
 MuJoCo's tolerances. The iterations run on the active rows only, gathered into a fixed number
-of slots (``_capacity``): the row layout holds every contact a model could make, a running
+of slots (``_capacities``): the row layout holds every contact a model could make, a running
 simulation has a few of them active, and every Hessian would otherwise sum them all. A world
 with more active rows than slots is solved on all rows.
 
@@ -50,6 +50,7 @@ from flexor.types import ConstraintState, ConstraintType, Data, DisableBit, Mode
 # results, so a policy that keeps only loops' results made the backward pass run the solver's
 # iterations again to recompute them.
 LOOP_RESULT = "loop_result"
+_SMALLEST_TIER = 256  # rows: a model with fewer conditional rows than 32x this has one tier
 
 
 class _Rows(NamedTuple):
@@ -398,19 +399,28 @@ def _conjugate_gradient(rows: _Rows, p: _Problem, isl: _Islands, qacc0: jax.Arra
                             state)[1].qacc
 
 
-def _capacity(rows: _Rows) -> int | None:
-  """How many rows outside elliptic cones the Newton iterations carry (static), or None for all.
+def _capacities(rows: _Rows) -> tuple[int, ...]:
+  """How many rows outside elliptic cones the Newton iterations carry (static): tiers, the
+  smallest first, each tried where the active rows overflow the one before; none for all.
 
   A row is active (D > 0) while its constraint is on: equality and friction-loss rows always,
   limits and contacts only near their violation. The iterations work on the active rows
-  gathered into this many slots: every row they leave out has D = 0 and adds nothing to the
+  gathered into a tier's slots: every row they leave out has D = 0 and adds nothing to the
   cost, its gradient or its Hessian, so the solution is the same. The always-active rows and
-  ``active_capacity`` of the conditional ones make room; a world that needs more is solved
-  again on all rows (``_on_active_rows``)."""
+  ``active_capacity`` of the conditional ones make the largest tier; a world that needs more
+  is solved again on all rows (``_on_active_rows``). A scene of many bodies has many more
+  contact slots than contacts (MuJoCo's dice.xml: 21,800 slots, 400 contacts at rest), and
+  each Newton step's Hessian costs rows x nv^2: there, tiers an eighth as large come first,
+  down to ``_SMALLEST_TIER`` rows, each one more compiled solve."""
   free = ~rows.in_cone
   always = int(np.count_nonzero((rows.quadratic | rows.friction) & free))
   conditional = active_capacity(int(np.count_nonzero(free)) - always)
-  return None if conditional is None else always + conditional
+  if conditional is None:
+    return ()
+  tiers = [conditional]
+  while tiers[0] // 8 >= _SMALLEST_TIER:
+    tiers.insert(0, -(-tiers[0] // 64) * 8)
+  return tuple(always + tier for tier in tiers)
 
 
 def _compact(rows: _Rows, p: _Problem, capacity: int) -> tuple[_Rows, _Problem, jax.Array]:
@@ -444,7 +454,7 @@ class _Config:
 
   def __init__(self, m: Model, rows: _Rows):
     self.rows, self.iterations, self.ls_iterations = rows, m.opt.iterations, m.opt.ls_iterations
-    self.capacity = _capacity(rows)
+    self.capacities = _capacities(rows)
     self.cg = m.opt.solver == SolverType.CG
     self.per_island = not m.opt.disabled(DisableBit.ISLAND)
     self.trees = dof_trees(m)
@@ -472,12 +482,16 @@ def _minimise(config: _Config, rows: _Rows, p: _Problem, start: jax.Array,
 
 def _on_active_rows(config: _Config, problem: _Problem,
                     fn: Callable[[_Rows, _Problem], jax.Array]) -> jax.Array:
-  """fn(rows, problem) on the problem's active rows (``_compact``), or on all its rows where
-  the active rows do not fit."""
-  if config.capacity is None:
-    return fn(config.rows, problem)
-  rows, compact, overflow = _compact(config.rows, problem, config.capacity)
-  return math.run_if(overflow, fn(rows, compact), lambda p: fn(config.rows, p), problem)
+  """fn(rows, problem) on the problem's active rows (``_compact``) in the smallest tier of
+  ``_capacities`` they fit, or on all its rows where they fit none."""
+  def attempt(tiers: tuple[int, ...], problem: _Problem) -> jax.Array:
+    if not tiers:
+      return fn(config.rows, problem)
+    rows, compact, overflow = _compact(config.rows, problem, tiers[0])
+    return math.run_if(overflow, fn(rows, compact), functools.partial(attempt, tiers[1:]),
+                       problem)
+
+  return attempt(config.capacities, problem)
 
 
 def _optimum(config: _Config, problem: _Problem, start: jax.Array, tolerance: jax.Array,
