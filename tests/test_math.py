@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 
 from flexor import math
@@ -34,6 +35,35 @@ def test_dot_and_safe_norm_sum_in_jnp_sum_order_for_every_length():
 
 def test_safe_norm_has_a_zero_gradient_at_zero():
   np.testing.assert_array_equal(jax.grad(math.safe_norm)(jnp.zeros(3)), np.zeros(3))
+
+
+def test_quaternions_round_as_mujoco_with_the_tangent_of_q_over_its_norm():
+  """quat_normalize and quat_to_mat give mju_normalize4's and mju_quat2Mat's bits on random
+  quaternions (under jit and vmap: XLA must not fuse their products into multiply-adds), and
+  already unit ones are left as they are; the tangent is q / |q|'s, also where the value is
+  q itself, as finite differences see it."""
+  rng = np.random.default_rng(0)
+  q = rng.standard_normal((2000, 4)) * rng.uniform(0.5, 2.0, (2000, 1))
+  q[:100] = np.stack([_mujoco_unit(x) for x in q[:100]])
+  unit = np.asarray(jax.jit(jax.vmap(math.quat_normalize))(jnp.asarray(q)))
+  np.testing.assert_array_equal(unit, np.stack([_mujoco_unit(x) for x in q]))
+  np.testing.assert_array_equal(unit[:100], q[:100])
+  mat = np.asarray(jax.jit(jax.vmap(math.quat_to_mat))(jnp.asarray(unit)))
+  want = np.zeros((len(q), 9))
+  for x, out in zip(unit, want):
+    mujoco.mju_quat2Mat(out, x)
+  np.testing.assert_array_equal(mat.reshape(-1, 9), want)
+  for x in (q[0], q[200]):
+    u = x / np.linalg.norm(x)
+    jac = jax.jacfwd(math.quat_normalize)(jnp.asarray(x))
+    np.testing.assert_allclose(jac, (np.eye(4) - np.outer(u, u)) / np.linalg.norm(x), atol=1e-15)
+    np.testing.assert_allclose(jax.jacrev(math.quat_normalize)(jnp.asarray(x)), jac, atol=1e-15)
+
+
+def _mujoco_unit(q: np.ndarray) -> np.ndarray:
+  out = np.array(q, dtype=np.float64)
+  mujoco.mju_normalize4(out)
+  return out
 
 
 def test_mat_vec_and_its_transpose_under_vmap():

@@ -38,7 +38,7 @@ import numpy as np
 
 from flexor.collision_primitive import Hulls, hull_support
 from flexor.math import dot as _dot
-from flexor.math import safe_norm
+from flexor.math import rounded, safe_norm
 from flexor.math import mat_vec as _mat_vec
 from flexor.types import GeomType
 
@@ -75,22 +75,8 @@ def _world(g, local: jax.Array) -> jax.Array:
   return _rot(g, local) + g.pos.reshape((1,) * (local.ndim - 1) + (3,))
 
 
-@jax.custom_jvp
-def _rounded(x: jax.Array) -> jax.Array:
-  """x itself (nextafter(x, x)), opaque to XLA: a product passed through it is rounded before a
-  later sum, where XLA's CPU backend would otherwise fuse the two into a multiply-add. MuJoCo
-  rounds every product, and which of a clipped polygon's many quadrilaterals of equal area
-  polygonQuad keeps turns on the last bits of the faces' vertices and of the areas."""
-  return jax.lax.nextafter(x, x)
-
-
-@_rounded.defjvp
-def _rounded_jvp(primals, tangents):
-  return jax.lax.nextafter(primals[0], primals[0]), tangents[0]
-
-
 def _mul(a: jax.Array, b: jax.Array) -> jax.Array:
-  return _rounded(a * b)
+  return rounded(a * b)
 
 
 def _xdot(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -63,12 +63,42 @@ def normalize(x: jax.Array) -> jax.Array:
   return jnp.where(n < MINVAL, x, x / jnp.where(n < MINVAL, 1.0, n))
 
 
+@jax.custom_jvp
+def rounded(x: jax.Array) -> jax.Array:
+  """x itself (nextafter(x, x)), opaque to XLA: a product passed through it is rounded before a
+  later sum, where XLA's CPU backend would otherwise fuse the two into a multiply-add. MuJoCo
+  rounds every product; where a result turns on its last bits (which of many equal
+  quadrilaterals a contact search keeps), flexor rounds as MuJoCo does."""
+  return jax.lax.nextafter(x, x)
+
+
+@rounded.defjvp
+def _rounded_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
+  return rounded(primals[0]), tangents[0]
+
+
+@jax.custom_jvp
 def quat_normalize(q: jax.Array) -> jax.Array:
-  """Unit quaternion; the identity where |q| < mjMINVAL (as mju_normalize4)."""
-  n = safe_norm(q, keepdims=True)
+  """Unit quaternion (..., 4), rounded as MuJoCo 4.0.1's mju_normalize4: q times 1/|q|, with
+  |q|^2 summed in pairs as its vectorised code does, q itself where |q| is 1 within mjMINVAL,
+  the identity where |q| < mjMINVAL. The tangent is that of q / |q|
+  everywhere, as finite differences see it."""
+  p = rounded(q * q)
+  n = jnp.sqrt((p[..., 0] + p[..., 1]) + (p[..., 2] + p[..., 3]))[..., None]
   small = n < MINVAL
   unit = jnp.zeros_like(q).at[..., 0].set(1.0)
-  return jnp.where(small, unit, q / jnp.where(small, 1.0, n))
+  scaled = q * (1.0 / jnp.where(small, 1.0, n))
+  return jnp.where(small, unit, jnp.where(jnp.abs(n - 1.0) <= MINVAL, q, scaled))
+
+
+@quat_normalize.defjvp
+def _quat_normalize_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
+  (q,), (dq,) = primals, tangents
+  n = safe_norm(q, keepdims=True)
+  small = n < MINVAL
+  unit = q / jnp.where(small, 1.0, n)
+  dunit = (dq - unit * jnp.sum(unit * dq, axis=-1, keepdims=True)) / jnp.where(small, 1.0, n)
+  return quat_normalize(q), jnp.where(small, 0.0, dunit)
 
 
 def quat_mul(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -89,14 +119,16 @@ def quat_conj(q: jax.Array) -> jax.Array:
 
 
 def quat_to_mat(q: jax.Array) -> jax.Array:
-  """Rotation matrix of a unit quaternion, (..., 3, 3) (as mju_quat2Mat)."""
+  """Rotation matrix of a unit quaternion, (..., 3, 3), rounded as MuJoCo 4.0.1's mju_quat2Mat
+  (its machine code sums the diagonal as (q00 - q22) + (q11 - q33) and so on)."""
   w, x, y, z = jnp.moveaxis(q, -1, 0)
-  ww, xx, yy, zz = w * w, x * x, y * y, z * z
-  wx, wy, wz, xy, xz, yz = w * x, w * y, w * z, x * y, x * z, y * z
+  ww, xx, yy, zz = rounded(w * w), rounded(x * x), rounded(y * y), rounded(z * z)
+  wx, wy, wz = rounded(w * x), rounded(w * y), rounded(w * z)
+  xy, xz, yz = rounded(x * y), rounded(x * z), rounded(y * z)
   return jnp.stack([
-      jnp.stack([ww + xx - yy - zz, 2 * (xy - wz), 2 * (xz + wy)], -1),
-      jnp.stack([2 * (xy + wz), ww - xx + yy - zz, 2 * (yz - wx)], -1),
-      jnp.stack([2 * (xz - wy), 2 * (yz + wx), ww - xx - yy + zz], -1),
+      jnp.stack([(ww - yy) + (xx - zz), 2 * (xy - wz), 2 * (xz + wy)], -1),
+      jnp.stack([2 * (xy + wz), (ww + yy) - (xx + zz), 2 * (yz - wx)], -1),
+      jnp.stack([2 * (xz - wy), 2 * (yz + wx), (ww - yy) - (xx - zz)], -1),
   ], axis=-2)
 
 
