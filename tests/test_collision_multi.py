@@ -128,11 +128,11 @@ def test_cylinder_on_box_matches_mujoco():
   """A cylinder's cap (a 16-gon) clipped by a box's face: more than four vertices, of which
   MuJoCo keeps four by polygonQuad's rotating search. On a regular polygon many quadrilaterals
   have the same area to round-off, so the one kept turns on the last bits of the vertices and
-  areas, which flexor rounds as MuJoCo's machine code does (no fused multiply-adds). The
-  other poses keep the count, the normal and the first contact; rounding elsewhere (the geom
-  frames from their quaternions) is the likely cause, not traced."""
+  areas, which flexor rounds as MuJoCo's machine code does (no fused multiply-adds), down to
+  the geom frames from their quaternions. 29 of the 30 poses agree to 1e-9; the other keeps
+  the count, the normal and the first contact (not traced)."""
   n, several, exact = _compare("cylinder", "box", 30, margin=0.01)
-  assert several >= 10 and exact >= 0.85 * n, (several, exact)
+  assert several >= 10 and exact >= 0.95 * n, (several, exact)
 
 
 @pytest.mark.parametrize("other, poses", [("box", [15, 45, 51]), ("mesh", [15, 45])])

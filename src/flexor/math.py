@@ -81,8 +81,8 @@ def _rounded_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]
 def quat_normalize(q: jax.Array) -> jax.Array:
   """Unit quaternion (..., 4), rounded as MuJoCo 4.0.1's mju_normalize4: q times 1/|q|, with
   |q|^2 summed in pairs as its vectorised code does, q itself where |q| is 1 within mjMINVAL,
-  the identity where |q| < mjMINVAL. The tangent is that of q / |q|
-  everywhere, as finite differences see it."""
+  the identity where |q| < mjMINVAL. The tangent is that of q / |q| everywhere, as finite
+  differences see it."""
   p = rounded(q * q)
   n = jnp.sqrt((p[..., 0] + p[..., 1]) + (p[..., 2] + p[..., 3]))[..., None]
   small = n < MINVAL
