@@ -170,6 +170,45 @@ def test_step_one_second_every_integrator(name, integrator):
   check_trajectory(name, integrator, 1.0)
 
 
+# implicitfast's free-standing bodies (mj_isFreeBody): body 1 (its child holds only a site) and
+# body 3 (its welded child has mass, which MuJoCo 4.0 allows) keep their ellipsoid fluid
+# derivative unsymmetrized and the bias force's derivative by their angular velocity, centres of
+# mass off their origins; the hinged body 5's fluid derivative is symmetrized. A wind blows.
+FREESTANDING_XML = """
+<mujoco>
+  <option integrator="implicitfast" density="1.2" viscosity="2e-5" wind="0.5 0 0"/>
+  <worldbody>
+    <body pos="0 0 1"><freejoint/>
+      <geom type="ellipsoid" size="0.1 0.05 0.02" pos="0.1 0.05 -0.03" euler="10 20 30"
+            fluidshape="ellipsoid"/>
+      <body pos="0.2 0 0"><site size="0.01"/></body>
+    </body>
+    <body pos="1 0 1"><freejoint/>
+      <geom type="box" size="0.1 0.05 0.02" pos="0.05 0 0" fluidshape="ellipsoid"/>
+      <body pos="0.2 0 0"><geom type="sphere" size="0.03"/></body>
+    </body>
+    <body pos="2 0 1"><joint type="hinge" axis="0 1 0"/><joint type="hinge" axis="1 0 0"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 -0.3" size="0.03" fluidshape="ellipsoid"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_implicitfast_free_standing_bodies():
+  m = mujoco.MjModel.from_xml_string(FREESTANDING_XML)
+  fm = load_mjcf_string(FREESTANDING_XML)
+  np.testing.assert_array_equal(fm.body_freestanding, [False, True, False, True, False, False])
+  d = mujoco.MjData(m)
+  d.qvel[:] = 3.0 * np.random.default_rng(0).normal(size=m.nv)
+  _, traj = _rollout()(fm, make_data(fm).replace(qvel=d.qvel.copy()), nstep=5,
+                       fields=("qpos", "qvel"))
+  for t in range(5):
+    mujoco.mj_step(m, d)
+    np.testing.assert_allclose(traj["qvel"][t], d.qvel, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(traj["qpos"][t], d.qpos, rtol=1e-12, atol=1e-12)
+
+
 def test_euler_damping_is_implicit():
   """With large dof damping, Euler's implicit damping matches MuJoCo where explicit would not."""
   xml = """

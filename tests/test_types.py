@@ -94,12 +94,12 @@ def test_model_fields_follow_mujoco_names(mj_humanoid):
   for name in Model._traced + Model._static:
     # flexor's static tables (tree masks, actuator slots, collision candidates, row layout,
     # plane-mesh contact vertices, the convex hull rows, contact capacities, the ellipsoid
-    # fluid model's geoms)
+    # fluid model's geoms, the free-standing bodies of implicitfast)
     if name.startswith(("names_", "opt", "collision_", "efc_row", "hull_")) or name in (
         "body_depth", "body_jump", "body_subtree", "body_dof", "dof_ancestor", "dof_cdofdot",
         "jnt_slot", "actuator_actslot", "actuator_wrap", "ncollision", "mesh_polyquad",
         "mesh_hulladr", "mesh_hullstart", "mesh_polyloop", "nconslot", "size_nconmax",
-        "max_geom_pairs", "geom_fluidellipsoid"):
+        "max_geom_pairs", "geom_fluidellipsoid", "body_freestanding"):
       continue
     if name.startswith("stat_"):
       assert hasattr(mj_humanoid.stat, name[len("stat_"):]), name

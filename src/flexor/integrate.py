@@ -8,8 +8,8 @@ expect ``d`` to hold the output of ``forward`` at the current state; ``step`` ru
 
 Two behaviours of MuJoCo 4 that older sources and MJX lack were found by comparing steps with
 the C engine, and are reproduced: RK4 integrates quaternions as a Runge-Kutta-Munthe-Kaas method
-(``_dexpinv``), and implicitfast integrates the gyroscopic torque of childless free bodies
-implicitly (``_gyro_blocks``).
+(``_dexpinv``), and implicitfast integrates the gyroscopic torque of free-standing bodies
+implicitly, their fluid forces' derivative unsymmetrized (``_free_blocks``).
 
 MuJoCo builds the velocity derivative ``qDeriv`` of the implicit integrators analytically
 (``mjd_smooth_vel``). Here its passive part is analytic too (dampers; the fluid forces by
@@ -224,17 +224,17 @@ def _vel_jacobians(m: Model, d: Data, bias: bool) -> tuple[jax.Array, ...]:
   return tuple(jnp.where(related, jac, 0.0) for jac in jacs)
 
 
-def _gyro_blocks(m: Model) -> np.ndarray:
-  """(nv, nv) bool: the rotational 3x3 block of each free joint whose body has no children.
+def _free_blocks(m: Model) -> np.ndarray:
+  """(nv, nv) bool: the 6 x 6 block of each free-standing body (``body_freestanding``).
 
-  MuJoCo 4's implicitfast integrates the gyroscopic torque of such single floating bodies
-  implicitly: their block of -d(qfrc_bias)/d(qvel) joins qDeriv, unsymmetrized.
+  MuJoCo 4's implicitfast solves each such block on its own, unsymmetrized: its ellipsoid fluid
+  derivative as it is, and the derivative of the bias force with respect to the angular velocity
+  (the gyroscopic torque, and the linear force's where the centre of mass is off the origin).
   """
-  alone = m.body_subtree.sum(axis=1) == 1
-  free = (m.jnt_type == JointType.FREE) & alone[m.jnt_bodyid]
-  dofs = m.jnt_dofadr[free][:, None] + 3 + np.arange(3)
+  dofs = m.jnt_dofadr[m.body_freestanding[m.jnt_bodyid] & (m.jnt_type == JointType.FREE)]
+  block = (dofs[:, None] + np.arange(6))[:, :, None]
   mask = np.zeros((m.nv, m.nv), dtype=bool)
-  mask[dofs[:, :, None], dofs[:, None, :]] = True
+  mask[block, np.swapaxes(block, 1, 2)] = True
   return mask
 
 
@@ -258,20 +258,22 @@ def implicitfast(m: Model, d: Data) -> Data:
   """Step implicit in velocity without most of the Coriolis derivative (integrator implicitfast).
 
   As ``implicit``, but qDeriv is the symmetrized derivative of passive and actuator forces
-  (MuJoCo symmetrizes the fluid-force derivative and keeps the lower triangle), plus the
-  gyroscopic blocks of childless free bodies (``_gyro_blocks``). Without such bodies the matrix is
+  (MuJoCo symmetrizes the fluid-force derivative and keeps the lower triangle), except in the
+  blocks of free-standing bodies, which keep theirs and add the bias force's derivative with
+  respect to their angular velocity (``_free_blocks``). Without such bodies the matrix is
   symmetric positive definite and solved by Cholesky, else by LU.
   """
   with jax.named_scope("implicitfast"):
     qacc = d.qacc
     if m.nv:
-      gyro = _gyro_blocks(m)
-      jacs = _vel_jacobians(m, d, bias=bool(gyro.any()))
+      free = _free_blocks(m)
+      jacs = _vel_jacobians(m, d, bias=bool(free.any()))
       deriv = 0.5 * (jacs[0] + jacs[0].T)
       qfrc = d.qfrc_smooth + d.qfrc_constraint
-      if gyro.any():
-        a = d.qM - m.opt.timestep * (deriv + jnp.where(gyro, jacs[1], 0.0))
-        qacc = jnp.linalg.solve(a, qfrc)
+      if free.any():
+        angular = free & (np.arange(m.nv) - m.jnt_dofadr[m.dof_jntid] >= 3)  # columns
+        deriv = jnp.where(free, jacs[0], deriv) + jnp.where(angular, jacs[1], 0.0)
+        qacc = jnp.linalg.solve(d.qM - m.opt.timestep * deriv, qfrc)
       else:
         qacc = spd_solve(d.qM - m.opt.timestep * deriv, qfrc)
     return _advance(m, d, d.act_dot, qacc)

@@ -597,6 +597,7 @@ class Model(_Node):
   body_geomadr: np.ndarray = _field("nbody", derived=True)
   body_sameframe: np.ndarray = _field("nbody", fill=0)  # mjtSameFrame of the inertial frame
   body_simple: np.ndarray = _field("nbody", derived=True)  # 1: diagonal qM block; 2: sliders only
+  body_freestanding: np.ndarray = _field("nbody", derived=True)  # mj_isFreeBody: free, alone
   body_pos: jax.Array = _field("nbody", 3)         # position offset rel. to parent body
   body_quat: jax.Array = _field("nbody", 4)        # orientation offset rel. to parent body
   body_ipos: jax.Array = _field("nbody", 3)        # local position of centre of mass

@@ -99,6 +99,25 @@ def _count_adr(owner: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
   return num, first
 
 
+def _body_freestanding(subtree: np.ndarray, jnt_type: np.ndarray, jnt_bodyid: np.ndarray,
+                       body_dofnum: np.ndarray) -> np.ndarray:
+  """MuJoCo 4.0's mj_isFreeBody of each body (nbody,) bool: a free joint is its only joint and
+  no body below it has a joint (implicitfast solves such a body's 6 dofs on their own). Bodies
+  welded below it may have mass: measured, where the newer sources also ask for a massless
+  subtree.
+
+  Args:
+    subtree: (nbody, nbody) bool, [i, j] iff j is i or a descendant of i.
+    jnt_type, jnt_bodyid: (njnt,) each joint's type and body.
+    body_dofnum: (nbody,) each body's dofs.
+  """
+  njnt = np.bincount(jnt_bodyid, minlength=len(body_dofnum))
+  alone = np.zeros(len(body_dofnum), dtype=bool)
+  free = jnt_bodyid[jnt_type == JointType.FREE]
+  alone[free] = njnt[free] == 1
+  return alone & (subtree.astype(np.int64) @ body_dofnum == 6)
+
+
 def _body_simple(parent: np.ndarray, rootid: np.ndarray, dofnum: np.ndarray,
                  sameframe: np.ndarray, jnt_type: np.ndarray, jnt_bodyid: np.ndarray,
                  jnt_pos: np.ndarray, jnt_axis: np.ndarray) -> np.ndarray:
@@ -276,8 +295,10 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   for b in range(1, nbody):
     weldid[b] = b if body_jntnum[b] or mocapid[b] >= 0 else weldid[parent[b]]
   mass = np.asarray(f["body_mass"], dtype=np.float64)
-  subtreemass = tree.subtree_mask(parent) @ mass
+  subtree = tree.subtree_mask(parent)
+  subtreemass = subtree @ mass
   subtreemass[0] = mass.sum()
+  out["body_freestanding"] = _body_freestanding(subtree, jnt_type, jnt_bodyid, body_dofnum)
   out.update(
       body_parentid=parent, body_rootid=rootid, body_weldid=weldid,
       body_jntnum=body_jntnum, body_jntadr=body_jntadr, body_dofnum=body_dofnum,
