@@ -18,7 +18,10 @@ normal and the two witness points.
 This follows the 4.0 machine code where it departs from the 3.12 sources: GJK has no
 ``gjkIntersect`` fallback, and EPA stops on the current iteration's upper bound (3.12: the
 smallest so far) and drops a first face whose smallest bound lies more than the tolerance (3.12:
-1e-10) below it.
+1e-10) below it. Its polytope3 (GJK's triangle) requires both new apexes off the triangle's
+plane, rebuilds the double pyramid around another equator (recoverHexa), or a tetrahedron, where
+the segment between the apexes misses the triangle, centres it on all its vertices, and requires
+the origin inside it (within the tolerance).
 
 The loops (``lax.while_loop``) follow the C code step by step on values without derivatives and
 record the direction in which each support point was taken. The result (the final simplex or
@@ -464,6 +467,10 @@ def _tri_affine(v1, v2, v3, p) -> jax.Array:
 
 # the adjacency of polytope2's and polytope3's six faces (a double pyramid)
 _ADJ6 = np.array([(1, 3, 2), (2, 4, 0), (0, 5, 1), (5, 0, 4), (3, 1, 5), (4, 2, 3)])
+# polytope4's faces of a tetrahedron, their adjacent faces and the vertex off each
+_P4_FACES = np.array([(0, 1, 2), (0, 3, 1), (0, 2, 3), (3, 2, 1)])
+_P4_ADJ = np.array([(1, 3, 2), (2, 3, 0), (0, 3, 1), (2, 0, 1)])
+_P4_OFF = np.array([3, 2, 1, 0])
 
 
 def _polytope4(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, jax.Array]:
@@ -473,17 +480,29 @@ def _polytope4(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, j
     pt = _insert(pt, simplex[i])
   x = simplex[:, _V]
   pt = pt._replace(center=(((x[0] + x[1]) + x[2]) + x[3]) * 0.25)
-  faces = np.array([(0, 1, 2), (0, 3, 1), (0, 2, 3), (3, 2, 1)])
-  pt, d2 = _attach(pt, faces, np.array([(1, 3, 2), (2, 3, 0), (0, 3, 1), (2, 0, 1)]))
-  fall, tri = _first_flat(pt, faces, d2)
+  pt, d2 = _attach(pt, _P4_FACES, _P4_ADJ)
+  fall, tri = _first_flat(pt, _P4_FACES, d2)
   ret = jnp.where(_test_tetra(x[0], x[1], x[2], x[3]), 0, 9)
   return pt, ret, fall, tri
 
 
-def _polytope3(sup, tri, nv, nf) -> tuple[_Polytope, jax.Array]:
+# polytope3 in MuJoCo 4.0 (machine code; the 3.x sources differ): the apexes v4 = support(n)
+# (vertex 4) and v5 = support(-n) (vertex 3) must lie off the triangle's plane, and where the
+# segment v4 v5 misses the triangle (0, 1, 2) (rayTriangle), recoverHexa builds the double
+# pyramid on another equator, one of (2, v5, v4), (0, v5, v4), (1, v5, v4), with two of the
+# triangle's vertices as apexes (rows 1-3 of _P3_ORDER, picked by the signs of rayTriangle's
+# volumes), or, where none fits, the tetrahedron of v4, v5 and the triangle's edge whose volume
+# is smallest. Each row is the order (o0, o1, o2, o3, o4) of the hexahedron's vertices: its
+# faces are _P3_HEXA in that order, the centre is their mean, and the origin must lie inside
+# (on the inner side of every face, or within the tolerance of it).
+_P3_ORDER = np.array([(0, 1, 2, 4, 3), (2, 3, 4, 0, 1), (0, 3, 4, 1, 2), (1, 3, 4, 2, 0)])
+_P3_HEXA = np.array([(3, 0, 1), (3, 2, 0), (3, 1, 2), (4, 1, 0), (4, 0, 2), (4, 2, 1)])
+_P3_HEXA_OFF = np.array([2, 1, 0, 2, 1, 0])  # the equator's vertex off each face
+
+
+def _polytope3(sup, tri, nv, nf, tol) -> tuple[_Polytope, jax.Array]:
   pt = _empty_polytope(nv, nf, tri.dtype)
   x = tri[:, _V]
-  pt = pt._replace(center=((x[0] + x[1]) + x[2]) * (1.0 / 3.0))
   n = _cross(x[1] - x[0], x[2] - x[0])
   n_norm = _norm(n)
   for i in range(3):
@@ -495,11 +514,45 @@ def _polytope3(sup, tri, nv, nf) -> tuple[_Polytope, jax.Array]:
     lam = _tri_affine(x[0], x[1], x[2], p)
     pr = x[0] * lam[0] + x[1] * lam[1] + x[2] * lam[2]
     return ~jnp.any(lam < 0) & (_norm(pr - p) < MINVAL)
+  # the apexes within 1e-15 of the triangle's plane
+  flat = ((_dot(n, v4[_V] - x[0]) < MINVAL * n_norm)
+          | (_dot(-n, v5[_V] - x[0]) < MINVAL * n_norm))
   ret = jnp.where(n_norm < MINVAL, 4, jnp.where(on_triangle(v4[_V]), 5, jnp.where(
-      on_triangle(v5[_V]), 6, 0)))
-  faces = np.array([(4, 0, 1), (4, 2, 0), (4, 1, 2), (3, 1, 0), (3, 0, 2), (3, 2, 1)])
-  pt, d2 = _attach(pt, faces, _ADJ6)
-  return pt, jnp.where((ret == 0) & jnp.any(d2 < _MINDIST), 8, ret)
+      on_triangle(v5[_V]), 6, jnp.where(flat, 8, 0))))
+
+  # rayTriangle(v4, v5, triangle): the volumes (3,) and whether they share a sign
+  p = pt.vert[:, _V]
+  d12, d13, d14, d15 = p[3] - p[4], p[0] - p[4], p[1] - p[4], p[2] - p[4]
+  a, b, c = _det3(d13, d14, d12), _det3(d14, d15, d12), _det3(d15, d13, d12)
+  through = (((a >= 0) & (b >= 0) & (c >= 0)) | ((a <= 0) & (b <= 0) & (c <= 0)))
+  # recoverHexa
+  case1 = (a > 0) & (b < -MINVAL) & (c < -MINVAL)
+  case2 = (b > 0) & (a < -MINVAL) & (c < -MINVAL)
+  case3 = (b < -MINVAL) & (a < -MINVAL) & (c > 0)
+  row = jnp.where(through, 0, jnp.where(case1, 1, jnp.where(case2, 2, jnp.where(case3, 3, 0))))
+  hexa = through | case1 | case2 | case3
+  order = jnp.asarray(_P3_ORDER, jnp.int32)[row]
+  q = p[order]
+  hex_pt = pt._replace(center=((((q[0] + q[1]) + q[2]) + q[3]) + q[4]) * 0.2)
+  hex_pt, hex_d2 = _attach(hex_pt, order[_P3_HEXA], _ADJ6)
+  hex_side = jax.vmap(_same_side)(q[_P3_HEXA[:, 0]], q[_P3_HEXA[:, 1]], q[_P3_HEXA[:, 2]],
+                                  q[_P3_HEXA_OFF])
+  # no equator: the tetrahedron (e0, e1, v4, v5) on the triangle's edge of the smallest volume
+  e = jnp.where((b >= a) & (c >= a), 0, jnp.where((a >= b) & (c >= b), 1, 2))
+  tet = jnp.stack([e, (e + 1) % 3, jnp.full_like(e, 4), jnp.full_like(e, 3)]).astype(jnp.int32)
+  t = p[tet]
+  tet_pt = pt._replace(center=(((t[0] + t[1]) + t[2]) + t[3]) * 0.25)
+  tet_pt, tet_d2 = _attach(tet_pt, tet[_P4_FACES], _P4_ADJ)
+  tet_side = jax.vmap(_same_side)(t[_P4_FACES[:, 0]], t[_P4_FACES[:, 1]], t[_P4_FACES[:, 2]],
+                                  t[_P4_OFF])
+  pt = jax.tree.map(lambda h, u: jnp.where(hexa, h, u), hex_pt, tet_pt)
+  # (4.0 then tries polytope2 on a triangle edge through the origin; here: no contact)
+  degenerate = jnp.where(hexa, jnp.any(hex_d2 < _MINDIST), jnp.any(tet_d2 < _MINDIST))
+  tol2 = tol * tol
+  outside = jnp.where(hexa, jnp.any(~hex_side & (hex_d2 >= tol2)),
+                      jnp.any(~tet_side & (tet_d2 >= tol2)))
+  ret = jnp.where(ret == 0, jnp.where(degenerate, 8, jnp.where(outside, 7, 0)), ret)
+  return pt, ret
 
 
 def _rotmat120(axis: jax.Array) -> jax.Array:
@@ -743,7 +796,7 @@ def _search_epa(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, gjk
   p4, r4, f4, t4 = _polytope4(sup, full.simplex, nv, nf)
   p2, r2, f2, t2 = _polytope2(sup, full.simplex, nv, nf)
   tri = jnp.where(full.n == 4, t4, jnp.where(full.n == 2, t2, full.simplex[:3]))
-  p3, r3 = _polytope3(sup, tri, nv, nf)
+  p3, r3 = _polytope3(sup, tri, nv, nf, tol)
   use3 = (full.n == 3) | ((full.n == 4) & f4) | ((full.n == 2) & f2)
   pick = lambda a, b, c: jnp.where(use3, c, jnp.where(full.n == 4, a, b))
   pt = jax.tree.map(pick, p4, p2, p3)
