@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import warnings
 
+import jax
 import mujoco
 import numpy as np
 import pytest
@@ -184,15 +185,24 @@ def test_short_keyframes_are_filled_as_mujoco_fills_them(key: str):
                                   getattr(ref, field).ravel(), err_msg=field)
 
 
-def test_a_layout_too_large_warns(monkeypatch):
-  """A row layout whose efc_J passes the limit warns and names the knobs; <size nconmax> quiets
-  it (the limit is lowered here: a scene that really needs gigabytes takes a minute to load)."""
+def test_a_layout_too_large_is_capped_with_a_warning(monkeypatch):
+  """Where a row for every possible contact would pass efc_J's limit, the contacts are capped as
+  by the largest <size nconmax> that fits, with a warning that names the knobs; an explicit
+  <size nconmax> quiets it (the limit is lowered here: scenes that need it take a minute to
+  load). Four balls resting on a plane: 10 candidates, 4 contacts, 2 kept, 2 dropped."""
   from flexor.mjcf import assemble
-  monkeypatch.setattr(assemble, "_LARGE_JACOBIAN", 1000)
-  balls = "".join(f"<body pos='{i} 0 1'><freejoint/><geom size='0.1'/></body>" for i in range(4))
-  xml = "<mujoco>{}<worldbody><geom type='plane' size='5 5 1'/>" + balls + "</worldbody></mujoco>"
-  with pytest.warns(UserWarning, match=r"efc_J takes .* GiB per world.*nconmax"):
-    flexor.load_mjcf_string(xml.format(""))
+  nv = 24
+  monkeypatch.setattr(assemble, "_MAX_JACOBIAN", 8 * nv * 9)  # 9 rows: 2 contacts of 4 rows + 1
+  balls = "".join(f"<body pos='{i} 0 0.099'><freejoint/><geom size='0.1'/></body>"
+                  for i in range(4))
+  xml = ("<mujoco>{}<worldbody><geom type='plane' size='5 5 1'/>" + balls + "</worldbody>"
+         "</mujoco>")
+  with pytest.warns(UserWarning, match=r"possible contacts would make 40 constraint rows.*capped "
+                                       r"at 2 of each condim \(8 rows\).*nconmax.*max_geom_pairs"):
+    m = flexor.load_mjcf_string(xml.format(""))
+  assert (m.nconmax, m.size_nconmax, m.njmax) == (2, 2, 8)
+  d = jax.jit(flexor.forward)(m, flexor.make_data(m))
+  assert (int(d.ncon), int(d.ncon_dropped)) == (2, 2)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    flexor.load_mjcf_string(xml.format("<size nconmax='2'/>"))
+    assert flexor.load_mjcf_string(xml.format("<size nconmax='3'/>")).nconmax == 3

@@ -32,20 +32,22 @@ _OPTION_DEFAULTS: dict[str, Any] = dict(
     contact_gradient=0, adaptive_substeps=0)
 
 
-_LARGE_JACOBIAN = 2**30  # bytes of efc_J per world (float64) above which the layout warns
+# Where no <size nconmax> is set and a row for every contact the candidate pairs can make would
+# give efc_J more than _MAX_JACOBIAN bytes per world (float64), the contacts are capped to fit it:
+# MuJoCo allocates contacts as they come, and a scene of hundreds of free bodies would otherwise
+# not fit in memory (MuJoCo's sand_castle.xml: 154,818 contact slots, 35 GB of efc_J).
+_MAX_JACOBIAN = 2**28
 
 
-def _warn_large_layout(out: dict[str, Any], nv: int) -> None:
-  """Warns where the static row layout, which holds every contact the candidate pairs could make
-  at once, needs an efc_J of over 1 GiB per world (MuJoCo allocates contacts as they come)."""
-  size = out["njmax"] * nv * 8
-  if size > _LARGE_JACOBIAN and out["size_nconmax"] < 0:
-    warnings.warn(
-        f"this model's {out['nconslot']} possible contacts make {out['njmax']} constraint rows: "
-        f"efc_J takes {size / 2**30:.1f} GiB per world in float64. Set <size nconmax=\"...\"> "
-        "to the most contacts of one condim the scene makes at once (contacts past it are "
-        "counted in ncon_dropped), and for a broad phase <custom><numeric "
-        "name=\"max_geom_pairs\" data=\"...\"/>", stacklevel=4)
+def _warn_automatic_cap(out: dict[str, Any], full_rows: int, nv: int) -> None:
+  """Says that the contacts were capped, from how many rows, and how to choose the cap."""
+  warnings.warn(
+      f"this model's {out['nconslot']} possible contacts would make {full_rows} constraint "
+      f"rows, an efc_J of {full_rows * nv * 8 / 2**30:.1f} GiB per world in float64: its "
+      f"contacts are capped at {out['size_nconmax']} of each condim ({out['njmax']} rows), "
+      "those past it counted in d.ncon_dropped. Set <size nconmax=\"...\"> to the most "
+      "contacts of one condim the scene makes at once, and for a broad phase <custom><numeric "
+      "name=\"max_geom_pairs\" data=\"...\"/>", stacklevel=4)
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -335,8 +337,10 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
   out["flg_adhesion"] = int(np.any(out["geom_adhesion"]) or np.any(out["pair_adhesion"]))
   out["flg_surfacevel"] = int(np.any(out["geom_surfacevel"]))
   out["geom_fluidellipsoid"] = np.asarray(out["geom_fluid"])[:, 0] > 0
-  out.update(constraint_rows.layout(out, out["opt"]))
-  _warn_large_layout(out, nv)
+  out.update(constraint_rows.layout(out, out["opt"], max_rows=_MAX_JACOBIAN // (8 * max(nv, 1))))
+  full_rows = out.pop("njmax_uncapped")
+  if full_rows > out["njmax"] and int(f.get("size_nconmax", -1)) < 0:
+    _warn_automatic_cap(out, full_rows, nv)
   out.update(tree.tree_tables(parent, jnt_type, jnt_bodyid, jnt_dofadr, dof_bodyid, dof_parentid))
 
   values: dict[str, Any] = {}

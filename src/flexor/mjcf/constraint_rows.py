@@ -12,7 +12,8 @@ Contacts: the narrow phase writes every contact a candidate pair can make into i
 rows. With it, the contacts of each condim are compacted in order into at most nconmax slots
 (``contact_groups``), so a large scene's solver sees rows for the contacts that can exist at
 once, not for every pair. MuJoCo's order is kept within each condim, and so overall where all
-contacts share one condim (the usual case).
+contacts share one condim (the usual case). A model without ``<size nconmax>`` whose slots would
+need more rows than the compiler allows (``layout``'s ``max_rows``) gets the largest cap that fits.
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ def contact_dims(f: dict[str, Any]) -> np.ndarray:
                   mixed).astype(np.int32)
 
 
-def contact_rows(dim: int, cone: int) -> int:
-  """Constraint rows of one contact with ``dim`` dimensions."""
-  if dim == 1:
-    return 1
-  return 2 * (dim - 1) if cone == ConeType.PYRAMIDAL else dim
+def contact_rows(dim: Any, cone: int) -> Any:
+  """Constraint rows of one contact with ``dim`` dimensions (an int or an array of them)."""
+  frictional = 2 * (np.asarray(dim) - 1) if cone == ConeType.PYRAMIDAL else np.asarray(dim)
+  rows = np.where(np.asarray(dim) == 1, 1, frictional)
+  return int(rows) if rows.ndim == 0 else rows
 
 
 class ContactGroup(NamedTuple):
@@ -96,28 +97,9 @@ def hfield_window(f: dict[str, Any], opt: Any, k: int) -> tuple[int, int] | None
                                      f["hfield_ncol"][h], value("geom_rbound", g2) + margin + gap)
 
 
-def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
-  """The contact slot and constraint row tables of Model (see its field comments) and njmax.
-
-  Args:
-    f: mjModel-named arrays of the model, with the candidate tables of ``contact_pairs``.
-    opt: the model's Option (its cone decides the rows of a frictional contact).
-  """
-  geom = np.asarray(f["collision_geom"], dtype=np.int64).reshape(-1, 2)
-  geom_type = np.asarray(f["geom_type"])
-  windows = [hfield_window(f, opt, k) for k in range(len(geom))]
-  multiccd = not opt.disabled(DisableBit.MULTICCD)
-  connum = np.array([contact_pairs.max_contacts(geom_type[a], geom_type[b], w, multiccd)
-                     for (a, b), w in zip(geom, windows)], dtype=np.int32)
-  conadr = (np.cumsum(connum) - connum).astype(np.int32)
-  dims = contact_dims(f)
-  cap = int(f.get("size_nconmax", -1))
-  groups = contact_groups(dims, connum, cap)
-  if groups is None:
-    slot_dim = np.repeat(dims, connum)
-  else:
-    slot_dim = np.concatenate([np.full(g.size, g.dim) for g in groups])
-
+def _other_rows(f: dict[str, Any]) -> list[tuple[int, int, int]]:
+  """(type, id, sub) of the rows before the contacts', in MuJoCo's order: equality, friction
+  loss, limits."""
   rows: list[tuple[int, int, int]] = []
   eq_size = {EqType.CONNECT: 3, EqType.WELD: 6, EqType.JOINT: 1, EqType.TENDON: 1}
   for i, (kind, active) in enumerate(zip(f["eq_type"], f["eq_active0"])):
@@ -135,6 +117,54 @@ def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
       rows.append((ConstraintType.LIMIT_JOINT, i, 0))
   for i in np.flatnonzero(np.asarray(f["tendon_limited"])):
     rows += [(ConstraintType.LIMIT_TENDON, i, 0), (ConstraintType.LIMIT_TENDON, i, 1)]
+  return rows
+
+
+def fitting_cap(dims: np.ndarray, connum: np.ndarray, cone: int, other_rows: int,
+                max_rows: int) -> int:
+  """The largest ``<size nconmax>`` (at least 1) whose layout has at most ``max_rows`` rows,
+  ``other_rows`` of them not contacts' (equality, friction loss, limits)."""
+  kinds, counts = np.unique(np.repeat(dims, connum), return_counts=True)
+  per_contact = contact_rows(kinds, cone)
+  rows = lambda cap: other_rows + int(np.sum(np.minimum(counts, cap) * per_contact))
+  lo, hi = 1, int(counts.max(initial=1))
+  while lo < hi:  # rows(cap) grows with cap: the last cap that fits
+    mid = (lo + hi + 1) // 2
+    lo, hi = (mid, hi) if rows(mid) <= max_rows else (lo, mid - 1)
+  return lo
+
+
+def layout(f: dict[str, Any], opt: Any, max_rows: int | None = None) -> dict[str, Any]:
+  """The contact slot and constraint row tables of Model (see its field comments) and njmax.
+
+  Args:
+    f: mjModel-named arrays of the model, with the candidate tables of ``contact_pairs``.
+    opt: the model's Option (its cone decides the rows of a frictional contact).
+    max_rows: where the model sets no ``<size nconmax>`` and a slot for every contact its
+      candidates can make would need more rows than this, the contacts are capped as by the
+      largest nconmax that fits (``fitting_cap``). ``njmax_uncapped`` gives the rows without a
+      cap.
+  """
+  geom = np.asarray(f["collision_geom"], dtype=np.int64).reshape(-1, 2)
+  geom_type = np.asarray(f["geom_type"])
+  windows = [hfield_window(f, opt, k) for k in range(len(geom))]
+  multiccd = not opt.disabled(DisableBit.MULTICCD)
+  connum = np.array([contact_pairs.max_contacts(geom_type[a], geom_type[b], w, multiccd)
+                     for (a, b), w in zip(geom, windows)], dtype=np.int32)
+  conadr = (np.cumsum(connum) - connum).astype(np.int32)
+  dims = contact_dims(f)
+  cap = int(f.get("size_nconmax", -1))
+  other_rows = _other_rows(f)
+  full_rows = len(other_rows) + int(np.sum(connum * contact_rows(dims, opt.cone)))
+  if cap < 0 and max_rows is not None and full_rows > max_rows:
+    cap = fitting_cap(dims, connum, opt.cone, len(other_rows), max_rows)
+  groups = contact_groups(dims, connum, cap)
+  if groups is None:
+    slot_dim = np.repeat(dims, connum)
+  else:
+    slot_dim = np.concatenate([np.full(g.size, g.dim) for g in groups])
+
+  rows = list(other_rows)
   for slot, dim in enumerate(slot_dim.tolist()):
     kind = (ConstraintType.CONTACT_FRICTIONLESS if dim == 1 else
             ConstraintType.CONTACT_PYRAMIDAL if opt.cone == ConeType.PYRAMIDAL else
@@ -144,5 +174,6 @@ def layout(f: dict[str, Any], opt: Any) -> dict[str, Any]:
   return dict(collision_dim=dims, collision_conadr=conadr, collision_connum=connum,
               collision_window=np.array([w or (0, 0) for w in windows], np.int32).reshape(-1, 2),
               nconslot=int(connum.sum()), nconmax=len(slot_dim), size_nconmax=cap,
+              njmax_uncapped=full_rows,
               njmax=len(table), efc_rowtype=table[:, 0], efc_rowid=table[:, 1],
               efc_rowsub=table[:, 2])
