@@ -25,10 +25,6 @@ import support
 # The compiler arithmetic is repeated operation by operation, so the expected error is 0; this
 # bound leaves room for one rounding in a differently ordered libm or summation.
 TOL = 1e-12
-# Convex-hull inertia sums over flexor's hull triangles, not qhull's: moments agree to rounding,
-# and mjuu_eig3's early stop (off-diagonal below 1e-7 of the largest moment) can turn that
-# rounding into ~1e-10 in the mesh's principal axes (measured up to 2.5e-10 on dog.xml).
-CONVEX_TOL = 1e-9
 
 _DOG = os.path.join(support._suite_dir(), "dog.xml")  # pylint: disable=protected-access
 _CONVEX = os.path.join(support.SHARED_CORPUS, "mjx_test_data", "convex.xml")
@@ -278,13 +274,13 @@ def test_convex_inertia(fname, scale):
   model = _mesh_case(f"<mesh name='m' file='{fname}' inertia='convex' "
                      f"scale='{' '.join(map(repr, scale))}'/>", {fname: data})
   info = mesh.load_mesh(data, fname, scale=scale, inertia_mode="convex")
-  assert _err(info.pos, model.mesh_pos[0]) <= CONVEX_TOL
-  assert _err(info.quat, model.mesh_quat[0]) <= CONVEX_TOL
+  assert _err(info.pos, model.mesh_pos[0]) <= TOL
+  assert _err(info.quat, model.mesh_quat[0]) <= TOL
   # the frame's rounding can flip the last float32 bit of a vertex
   np.testing.assert_allclose(info.vert.astype(np.float32), model.mesh_vert, rtol=0, atol=1e-6)
   gm, gi = inertia.geom_mass_inertia(GeomType.MESH, model.geom_size[0], density=700, mesh=info)
   assert _err(gm, model.body_mass[1]) <= TOL
-  assert _err(gi, model.body_inertia[1]) <= CONVEX_TOL
+  assert _err(gi, model.body_inertia[1]) <= TOL
   if fname == "dent.obj":  # the hull is heavier than the dented cube
     assert info.volume > mesh.load_mesh(data, fname, scale=scale).volume
 
@@ -298,8 +294,8 @@ def test_point_cloud_meshes(seed):
   info = mesh.process_mesh(pts, np.zeros((0, 3), dtype=np.int32), "m")
   assert len(info.face) == model.mesh_facenum[0]
   np.testing.assert_allclose(info.vert.astype(np.float32), model.mesh_vert, rtol=0, atol=1e-6)
-  assert _err(info.pos, model.mesh_pos[0]) <= CONVEX_TOL
-  assert _err(info.quat, model.mesh_quat[0]) <= CONVEX_TOL
+  assert _err(info.pos, model.mesh_pos[0]) <= TOL
+  assert _err(info.quat, model.mesh_quat[0]) <= TOL
   assert _err(info.volume * 700, model.body_mass[1]) <= TOL
 
 
@@ -314,8 +310,8 @@ def test_builtin_point_clouds(builtin, params):
   info = mesh.process_mesh(vert, face, "m")
   assert len(info.face) == model.mesh_facenum[0] and len(info.vert) == model.mesh_vertnum[0]
   np.testing.assert_allclose(info.vert.astype(np.float32), model.mesh_vert, rtol=0, atol=1e-6)
-  assert _err(info.pos, model.mesh_pos[0]) <= CONVEX_TOL
-  assert _err(info.volume * 700, model.body_mass[1]) <= CONVEX_TOL
+  assert _err(info.pos, model.mesh_pos[0]) <= TOL
+  assert _err(info.volume * 700, model.body_mass[1]) <= TOL
 
 
 @pytest.mark.parametrize("builtin,params,word", [
@@ -439,6 +435,43 @@ def _hull_rows_by_loop(m) -> list[dict]:
       rows[v] = (nbr.get(v, []), polys, prev, quad)
     out.append(rows)
   return out
+
+
+# MuJoCo's car.xml chassis: a point cloud under an uneven scale
+_CAR = ("9 2 0  -10 10 10  9 -2 0  10 3 -10  10 -3 -10  -8 10 -10  -10 -10 10  -8 -10 -10  "
+        "-5 0 20")
+# a bevelled cube (MuJoCo's cube_3x3x3.xml cubelet): 6 squares, 12 bevels and 8 corners
+_BEVEL = " ".join(f"{x} {y} {z}" for a in (0.85, -0.85) for b in (0.85, -0.85)
+                  for x, y, z in ((1, a, b), (-1, a, b), (a, 1, b), (a, -1, b), (a, b, 1),
+                                  (a, b, -1)))
+
+
+@pytest.mark.parametrize("fname", ["cube.obj", "skew.obj", "cloud", "car", "bevel"])
+def test_polygon_tables_are_mujocos(fname):
+  """The hull's triangles come in qhull's order, and the polygons merged from them are MuJoCo
+  4.0.1's to the bit: the same loops from the same first vertex, in the order its hash map
+  visits them, the same polygon map, and Newell's normals. The multi-contact search clips a
+  polygon from its first vertex and picks its quadrilateral by a search that starts there."""
+  if fname == "cloud":
+    pts = np.random.default_rng(3).normal(size=(60, 3)).astype(np.float32)
+    xml_mesh = f"<mesh name='m' vertex='{' '.join(repr(float(x)) for x in pts.ravel())}'/>"
+  elif fname == "car":
+    xml_mesh = f"<mesh name='m' scale='.01 .006 .0015' vertex='{_CAR}'/>"
+  elif fname == "bevel":
+    xml_mesh = f"<mesh name='m' scale='.0095 .0095 .0095' vertex='{_BEVEL}'/>"
+  else:
+    xml_mesh = f"<mesh name='m' file='{fname}'/>"
+  xml = (f"<mujoco><asset>{xml_mesh}</asset><worldbody><body><freejoint/>"
+         "<geom type='mesh' mesh='m'/></body></worldbody></mujoco>")
+  assets = {fname: _MESHES[fname]} if fname in _MESHES else {}
+  theirs = mujoco.MjModel.from_xml_string(xml, assets=assets)
+  ours = flexor.load_mjcf_string(xml, assets=assets, dtype=np.float64)
+  faces = lambda g: g[2 + 3 * g[0] + 3 * g[1]:].reshape(-1, 3)
+  np.testing.assert_array_equal(faces(np.asarray(ours.mesh_graph)), faces(theirs.mesh_graph))
+  for name in ("mesh_polyvertadr", "mesh_polyvertnum", "mesh_polyvert", "mesh_polymapadr",
+               "mesh_polymapnum", "mesh_polymap", "mesh_polynormal"):
+    np.testing.assert_array_equal(np.asarray(getattr(ours, name)), getattr(theirs, name),
+                                  err_msg=name)
 
 
 @pytest.mark.parametrize("path", [_CONVEX], ids=["convex"])

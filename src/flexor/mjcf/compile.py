@@ -263,7 +263,10 @@ def _hull(source: Source, info: Any, colliding: bool) -> np.ndarray | None:
   if info.hull is not None or not colliding:
     return info.hull
   try:
-    return mesh.convex_hull(info.vert, info.name)
+    # MuJoCo runs qhull on the vertices as given (qhull's order depends on them)
+    if info.vert_asset is None:
+      return mesh.convex_hull(info.vert, info.name)
+    return mesh.convex_hull(info.vert_asset, info.name, final=info.vert)
   except ValueError as e:
     named = lambda el: el.get("name") or os.path.splitext(os.path.basename(el.get("file")))[0]
     element = next((el for asset in source.sections("asset") for el in asset

@@ -43,7 +43,7 @@ class MeshInfo:
       aligned with the principal axes); MuJoCo's ``mesh_vert`` is ``vert.astype(float32)``.
     face: (nface, 3) int32 vertex indices as the file gives them (winding reversed by a
       mirroring scale), or the convex hull's outward triangles for a mesh given without faces
-      (MuJoCo takes qhull's, in another order).
+      (qhull's, as MuJoCo takes them).
     pos: (3,) the mesh frame's origin (centre of mass) in the asset's coordinates after
       refpos/refquat/scale: MuJoCo's mesh offset, composed into mesh geoms' frames.
     quat: (4,) the mesh frame's orientation (principal axes) in those coordinates.
@@ -56,8 +56,8 @@ class MeshInfo:
     inertia_mode: the mesh's ``inertia`` attribute.
     hull: (nhullface, 3) the convex hull's outward triangles where processing computed it
       (convex inertia, or a mesh given without faces), else None.
-    vert_asset: (nvert, 3) the vertices after refpos/refquat/scale, before centring: MuJoCo
-      merges coplanar hull faces into polygons in this frame.
+    vert_asset: (nvert, 3) the vertices as given (float32 as stored), before refpos, refquat
+      and scale: MuJoCo runs qhull and merges coplanar hull faces into polygons on these.
   """
 
   name: str
@@ -313,8 +313,10 @@ def process_mesh(vert: np.ndarray, face: np.ndarray, name: str, *,
     raise ValueError(f"mesh '{name}': a face references a missing vertex")
   if float(scale[0]) * float(scale[1]) * float(scale[2]) <= 0:
     face = face[:, [0, 2, 1]]
+  given = vert
   vert = _transform(vert, refpos, refquat, scale)
-  hull = convex_hull(vert, name) if inertia_mode == "convex" or not len(face) else None
+  hull = (convex_hull(given, name, final=vert) if inertia_mode == "convex" or not len(face)
+          else None)
   if not len(face):  # a point cloud: MuJoCo takes the hull's triangles as the mesh's faces
     face = hull
   a, b, c = vert[face[:, 0]], vert[face[:, 1]], vert[face[:, 2]]
@@ -372,7 +374,7 @@ def process_mesh(vert: np.ndarray, face: np.ndarray, name: str, *,
   return MeshInfo(name=name, vert=v, face=face, pos=np.asarray(com, dtype=np.float64),
                   quat=np.asarray(quat), volume=float(volume), inertia=np.asarray(ev),
                   inertia_box=box, aamm=aamm, inertia_mode=inertia_mode, hull=hull,
-                  vert_asset=vert)
+                  vert_asset=given)
 
 
 def hull_extrema(vert: np.ndarray, globalid: np.ndarray) -> np.ndarray:
@@ -439,9 +441,9 @@ class _Polygon:
     self.islands += [island] * len(add)
 
   def paths(self) -> list[list[int]]:
-    """Paths: each island's boundary loop, following the edges from its first edge."""
-    if len(self.edges) == 3:
-      return [[e[0] for e in self.edges]]
+    """Paths: each island's boundary loop, following the edges from its first edge. The
+    source's shortcut for three edges (their first vertices in list order) is not MuJoCo
+    4.0.1's: where merged triangles leave a three-edge boundary it traces the loop too."""
     out = []
     for i in range(self.nisland):
       start = next((e for e, j in zip(self.edges, self.islands) if j == i), None)
@@ -460,13 +462,86 @@ class _Polygon:
     return out
 
 
+def _polygon_hash(key: tuple[float, float]) -> int:
+  """MuJoCo 4.0.1's PairHash of a polygon key, read from its machine code (mjCMesh::Process):
+  boost's hash_combine of the two angles' std::hash (libc++: a double's bits, 0 for +-0),
+  h1 ^ (h2 + 0x9e3779b9 + (h1 << 6) + (h1 >> 2)) modulo 2^64."""
+  bits = lambda x: 0 if x == 0.0 else int(np.float64(x).view(np.uint64))
+  h1, h2 = bits(key[0]), bits(key[1])
+  return h1 ^ ((h2 + 0x9E3779B9 + (h1 << 6) + (h1 >> 2)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _next_prime(n: int) -> int:
+  """The smallest prime >= n (libc++'s bucket counts)."""
+  while n < 2 or any(n % k == 0 for k in range(2, math.isqrt(n) + 1)):
+    n += 1
+  return n
+
+
+def _hash_map_order(hashes: list[int]) -> list[int]:
+  """The order libc++'s std::unordered_map (MuJoCo's builds) visits distinct keys with these
+  hashes, inserted in list order (max_load_factor 1): a node goes first in its bucket's run,
+  or first in the list where its bucket is empty; the table grows before an insert that
+  would exceed one node a bucket, to max(2 n + 1 (n a power of 2 above 2: 2 n), size + 1)
+  buckets (a prime above that, or 2), relinking its list as __do_rehash does."""
+  nxt: dict[int, int | None] = {-1: None}  # -1: the list's head
+  buckets: list[int | None] = []
+  slot = lambda h, n: h & (n - 1) if not n & (n - 1) else h % n
+
+  def rehash(n: int) -> None:
+    nonlocal buckets
+    buckets = [None] * n
+    pp, cp = -1, nxt[-1]
+    if cp is None:
+      return
+    prev = slot(hashes[cp], n)
+    buckets[prev] = pp
+    pp, cp = cp, nxt[cp]
+    while cp is not None:
+      b = slot(hashes[cp], n)
+      if b == prev:
+        pp = cp
+      elif buckets[b] is None:
+        buckets[b], pp, prev = pp, cp, b
+      else:  # splice cp after the head of its bucket's run
+        nxt[pp], nxt[cp] = nxt[cp], nxt[buckets[b]]
+        nxt[buckets[b]] = cp
+      cp = nxt[pp]
+
+  for i, h in enumerate(hashes):
+    n = len(buckets)
+    if n == 0 or i + 1 > n:
+      grow = max(2 * n + (not (n > 2 and not n & (n - 1))), i + 1)
+      grow = 2 if grow == 1 else (grow if not grow & (grow - 1) else _next_prime(grow))
+      if grow > n:
+        rehash(grow)
+    b = slot(h, len(buckets))
+    before = buckets[b]
+    if before is None:
+      nxt[i], nxt[-1] = nxt[-1], i
+      buckets[b] = -1
+      if nxt[i] is not None:
+        buckets[slot(hashes[nxt[i]], len(buckets))] = i
+    else:
+      nxt[i], nxt[before] = nxt[before], i
+  order, k = [], nxt[-1]
+  while k is not None:
+    order.append(k)
+    k = nxt[k]
+  return order
+
+
 def hull_polygons(vert_asset: np.ndarray, vert: np.ndarray, hull: np.ndarray
                   ) -> tuple[list[list[int]], np.ndarray]:
-  """MakePolygons: the hull's triangles grouped by rounded normal (in the asset frame) into
+  """MakePolygons: the hull's triangles grouped by rounded normal (of the vertices as given,
+  before refpos, refquat and scale, as MuJoCo 4.0.1 does: an uneven scale turns them) into
   polygons, each a vertex loop counter-clockwise about its outward normal, and the unit normals
-  (npoly, 3) from each loop's first three vertices in the final frame (MakePolygonNormals).
+  (npoly, 3) of the loops in the final frame (MakePolygonNormals: Newell's, in MuJoCo 4.0.1).
 
-  MuJoCo visits the groups in its hash map's order; flexor in first-triangle order.
+  The groups come in the order MuJoCo's hash map visits them (:func:`_hash_map_order`), and
+  each loop starts where MuJoCo's does given qhull's triangles in qhull's order
+  (:func:`convex_hull`): the multi-contact search clips polygons from their first vertex and
+  picks its quadrilateral by a search that starts there.
   """
   groups: dict[tuple[float, float], _Polygon] = {}
   for face in np.asarray(hull).tolist():
@@ -477,12 +552,22 @@ def hull_polygons(vert_asset: np.ndarray, vert: np.ndarray, hull: np.ndarray
       groups[key].insert(tuple(face))
     else:
       groups[key] = _Polygon(tuple(face))
-  loops = [path for group in groups.values() for path in group.paths() if len(path) >= 3]
+  keys = list(groups)
+  order = [keys[i] for i in _hash_map_order([_polygon_hash(k) for k in keys])]
+  loops = [path for key in order for path in groups[key].paths() if len(path) >= 3]
   normals = np.zeros((len(loops), 3))
   for i, loop in enumerate(loops):
-    n = np.cross(vert[loop[1]] - vert[loop[0]], vert[loop[2]] - vert[loop[0]])
+    # Newell's normal, summed in loop order (MuJoCo 4.0.1's bits; a merged polygon need not be
+    # flat, and its first three vertices can turn against the rest)
+    a = vert[np.asarray(loop)]
+    b = np.roll(a, -1, axis=0)
+    n = [0.0, 0.0, 0.0]
+    for (ax, ay, az), (bx, by, bz) in zip(a.tolist(), b.tolist()):
+      n[0] += (ay - by) * (az + bz)
+      n[1] += (az - bz) * (ax + bx)
+      n[2] += (ax - bx) * (ay + by)
     norm = math.sqrt((n[0] * n[0] + n[1] * n[1]) + n[2] * n[2])
-    normals[i] = n / norm if norm >= _EPS else (1.0, 0.0, 0.0)
+    normals[i] = np.divide(n, norm) if norm >= _EPS else (1.0, 0.0, 0.0)
   return loops, normals
 
 
@@ -650,10 +735,11 @@ def hull_graph(hull: np.ndarray) -> np.ndarray:
   vert_globalid[numvert], edge_localid[numvert + 3 numface], face_globalid[3 numface].
 
   Hull vertices come in increasing vertex id; each one's neighbours (as local ids, then -1) in
-  the order the hull's triangles first name them. qhull orders both by its own internals, so
-  MuJoCo's graph holds the same vertices, neighbour sets and triangles (for a hull without
-  coplanar facets) in another order. Collision reads it only through the hill-climbing support
-  search and plane-mesh's extra contacts, which agree except on exact ties.
+  the order the hull's triangles first name them. The triangles are MuJoCo's, in its order
+  (:func:`convex_hull`); qhull orders the vertices and their neighbours by its own internals,
+  so MuJoCo's graph holds the same vertices and neighbour sets in another order. Collision
+  reads that order only through the hill-climbing support search and plane-mesh's extra
+  contacts, which agree except on exact ties.
   """
   hull = np.asarray(hull, dtype=np.int64).reshape(-1, 3)
   globalid = np.unique(hull)
@@ -671,17 +757,23 @@ def hull_graph(hull: np.ndarray) -> np.ndarray:
                          np.concatenate(edges), hull.reshape(-1)]).astype(np.int32)
 
 
-def convex_hull(vert: np.ndarray, name: str = "") -> np.ndarray:
-  """Outward-oriented triangles (nface, 3) of the convex hull of points (nvert, 3).
-
-  MuJoCo asks qhull for the triangulated hull; the integrals computed over it (volume, centre
-  of mass, second moments) do not depend on how coplanar facets are split, so this quickhull
-  gives the same inertia up to rounding, though not qhull's face order. Points within 1e-10 of
-  the points' extent of a facet plane count as inside, as qhull merges them.
+def convex_hull(vert: np.ndarray, name: str = "", final: np.ndarray | None = None
+                ) -> np.ndarray:
+  """Outward-oriented triangles (nface, 3) of the convex hull of points (nvert, 3), as MuJoCo's
+  mjCMesh::MakeGraph takes them from qhull ("qhull Qt"; here qhull through scipy.spatial,
+  which jax requires): qhull's facets in qhull's order, each facet's vertices in qhull's order
+  with the first two swapped where that turns it outward (MuJoCo swaps them where the facet's
+  toporient is set). MakePolygons merges the triangles in this order, which sets each
+  polygon's first vertex and the polygons' order. MuJoCo runs qhull on the vertices as given,
+  before refpos, refquat and scale; ``final`` (nvert, 3), the same points after them: where
+  they mirror the mesh, every triangle is turned to face out of it (not checked against
+  MuJoCo).
 
   Raises:
     ValueError: fewer than 4 points or all points (nearly) in one plane.
   """
+  from scipy.spatial import ConvexHull, QhullError
+
   v = np.asarray(vert, dtype=np.float64)
   if len(v) < 4:
     raise ValueError(f"mesh '{name}': the convex hull needs at least 4 points")
@@ -694,104 +786,20 @@ def convex_hull(vert: np.ndarray, name: str = "") -> np.ndarray:
   i3 = int(np.argmax(np.abs(dist)))
   if not abs(dist[i3]) > eps * np.linalg.norm(n):
     raise ValueError(f"mesh '{name}': the points are flat; their convex hull has no volume")
-  hull = _Hull(v, eps)
-  first = [(i0, i1, i2), (i0, i3, i1), (i1, i3, i2), (i2, i3, i0)]
-  ids = hull.add([f if dist[i3] < 0 else (f[0], f[2], f[1]) for f in first])
-  stack = hull.assign(np.setdiff1d(np.arange(len(v)), [i0, i1, i2, i3]), ids)
-  while stack:
-    f = stack.pop()
-    if not hull.alive[f] or not len(hull.outside[f]):
-      continue
-    pts = hull.outside[f]
-    p = int(pts[np.argmax(v[pts] @ hull.normal[f])])
-    seen, horizon = hull.visible(f, v[p])
-    orphans = np.concatenate([hull.outside[i] for i in seen])
-    for i in seen:
-      hull.remove(i)
-    new = hull.add([(a, b, p) for a, b in horizon])
-    stack += hull.assign(orphans[orphans != p], new)
-  return hull.face[np.flatnonzero(hull.alive[:hull.count])].astype(np.int32)
-
-
-class _Hull:
-  """Facets of a growing convex hull: vertex ids, outward normals, plane offsets, tolerances,
-  the points each facet sees (its conflict list) and which facet owns each directed edge."""
-
-  def __init__(self, v: np.ndarray, eps: float):
-    self.v, self.eps, self.count = v, eps, 0
-    self.edge: dict[tuple[int, int], int] = {}
-    cap = 4 * len(v) + 16
-    self.face = np.zeros((cap, 3), dtype=np.int64)
-    self.normal = np.zeros((cap, 3))
-    self.offset = np.zeros(cap)
-    self.slack = np.zeros(cap)
-    self.alive = np.zeros(cap, dtype=bool)
-    self.outside: list[np.ndarray] = []
-
-  def add(self, tris: list[tuple[int, int, int]]) -> list[int]:
-    """Appends facets (a, b, c), counter-clockwise seen from outside; returns their ids."""
-    while self.count + len(tris) > len(self.face):
-      for field in ("face", "normal", "offset", "slack", "alive"):
-        old = getattr(self, field)
-        setattr(self, field, np.concatenate([old, np.zeros_like(old)]))
-    t = np.asarray(tris, dtype=np.int64).reshape(-1, 3)
-    a, b, c = self.v[t[:, 0]], self.v[t[:, 1]], self.v[t[:, 2]]
-    n = np.cross(b - a, c - a)
-    ids = list(range(self.count, self.count + len(t)))
-    self.face[ids], self.normal[ids] = t, n
-    self.offset[ids] = np.einsum("ij,ij->i", n, a)
-    self.slack[ids] = self.eps * np.sqrt(np.einsum("ij,ij->i", n, n))
-    self.alive[ids] = True
-    for i, (x, y, z) in zip(ids, tris):
-      self.outside.append(np.zeros(0, dtype=np.int64))
-      self.edge.update({(x, y): i, (y, z): i, (z, x): i})
-    self.count += len(t)
-    return ids
-
-  def remove(self, i: int) -> None:
-    a, b, c = (int(x) for x in self.face[i])
-    for e in ((a, b), (b, c), (c, a)):
-      if self.edge.get(e) == i:
-        del self.edge[e]
-    self.alive[i] = False
-    self.outside[i] = np.zeros(0, dtype=np.int64)
-
-  def visible(self, f: int, point: np.ndarray) -> tuple[list[int], list[tuple[int, int]]]:
-    """The facets ``point`` sees, grown from facet ``f`` across edges so that they stay
-    connected, and their horizon: the directed edges (in order of discovery) whose facet
-    across is not seen."""
-    seen, horizon, todo, done = [f], [], [f], {f}
-    while todo:
-      i = todo.pop()
-      a, b, c = (int(x) for x in self.face[i])
-      for e in ((a, b), (b, c), (c, a)):
-        j = self.edge[(e[1], e[0])]
-        if j in done:
-          continue
-        if point @ self.normal[j] - self.offset[j] > self.slack[j]:
-          done.add(j)
-          seen.append(j)
-          todo.append(j)
-        else:
-          horizon.append(e)
-    return seen, horizon
-
-  def assign(self, pts: np.ndarray, ids: list[int]) -> list[int]:
-    """Gives each point to the facet among ``ids`` it is farthest above and returns the facets
-    that got points; points above none of them are inside the hull and dropped."""
-    if not len(pts) or not ids:
-      return []
-    rows = np.asarray(ids)
-    height = self.v[pts] @ self.normal[rows].T - self.offset[rows] - self.slack[rows]
-    best = np.argmax(height, axis=1)
-    above = height[np.arange(len(pts)), best] > 0
-    busy = []
-    for k, i in enumerate(ids):
-      mine = pts[above & (best == k)]
-      if len(mine):
-        self.outside[i] = mine
-        busy.append(i)
-    return busy
+  try:
+    hull = ConvexHull(v)
+  except QhullError as e:
+    raise ValueError(f"mesh '{name}': qhull failed on the convex hull: {e}") from None
+  face = np.asarray(hull.simplices, dtype=np.int64).copy()
+  a, b, c = v[face[:, 0]], v[face[:, 1]], v[face[:, 2]]
+  inward = np.einsum("ij,ij->i", np.cross(b - a, c - a), hull.equations[:, :3]) < 0
+  face[inward] = face[inward][:, [1, 0, 2]]
+  if final is not None:
+    w = np.asarray(final, dtype=np.float64)
+    w = w - w[face].reshape(-1, 3).mean(axis=0)
+    if np.einsum("ij,ij->i", np.cross(w[face[:, 0]], w[face[:, 1]]), w[face[:, 2]]).sum() < 0:
+      face = face[:, [0, 2, 1]]
+  return face.astype(np.int32)
 
 
 def _second_moments(v: np.ndarray, face: np.ndarray, mode: str) -> tuple[float, list[float]]:
