@@ -372,6 +372,34 @@ def _polygons(model) -> dict[tuple[int, ...], np.ndarray]:
   return out
 
 
+# MuJoCo's car.xml chassis: a point cloud under an uneven scale
+_CAR = ("9 2 0  -10 10 10  9 -2 0  10 3 -10  10 -3 -10  -8 10 -10  -10 -10 10  -8 -10 -10  "
+        "-5 0 20")
+# a bevelled cube (MuJoCo's cube_3x3x3.xml cubelet): 6 squares, 12 bevels and 8 corners
+_BEVEL = " ".join(f"{x} {y} {z}" for a in (0.85, -0.85) for b in (0.85, -0.85)
+                  for x, y, z in ((1, a, b), (-1, a, b), (a, 1, b), (a, -1, b), (a, b, 1),
+                                  (a, b, -1)))
+
+
+def _one_mesh(fname: str) -> tuple[flexor.Model, mujoco.MjModel]:
+  """Both engines' models of one free body holding mesh ``fname``: a file of _MESHES, "cloud"
+  (60 random points), "car" (MuJoCo's car chassis) or "bevel" (its bevelled cubelet)."""
+  if fname == "cloud":
+    pts = np.random.default_rng(3).normal(size=(60, 3)).astype(np.float32)
+    xml_mesh = f"<mesh name='m' vertex='{' '.join(repr(float(x)) for x in pts.ravel())}'/>"
+  elif fname == "car":
+    xml_mesh = f"<mesh name='m' scale='.01 .006 .0015' vertex='{_CAR}'/>"
+  elif fname == "bevel":
+    xml_mesh = f"<mesh name='m' scale='.0095 .0095 .0095' vertex='{_BEVEL}'/>"
+  else:
+    xml_mesh = f"<mesh name='m' file='{fname}'/>"
+  xml = (f"<mujoco><asset>{xml_mesh}</asset><worldbody><body><freejoint/>"
+         "<geom type='mesh' mesh='m'/></body></worldbody></mujoco>")
+  assets = {fname: _MESHES[fname]} if fname in _MESHES else {}
+  return (flexor.load_mjcf_string(xml, assets=assets, dtype=np.float64),
+          mujoco.MjModel.from_xml_string(xml, assets=assets))
+
+
 @pytest.mark.parametrize("fname", ["cube.obj", "skew.obj", "cloud"])
 def test_hull_graph_matches_mujoco(fname):
   """A colliding mesh's mesh_graph has MuJoCo's layout and hull: the same vertices, triangle
@@ -379,24 +407,14 @@ def test_hull_graph_matches_mujoco(fname):
   and triangles; only qhull's order differs. Its polygons (coplanar hull faces merged) are
   MuJoCo's: the same vertex loops in the same direction, normals and map sizes; the extrema
   are the same vertices except where vertices tie along a direction."""
-  if fname == "cloud":
-    pts = np.random.default_rng(3).normal(size=(60, 3)).astype(np.float32)
-    xml_mesh = f"<mesh name='m' vertex='{' '.join(repr(float(x)) for x in pts.ravel())}'/>"
-  else:
-    xml_mesh = f"<mesh name='m' file='{fname}'/>"
-  xml = (f"<mujoco><asset>{xml_mesh}</asset><worldbody><body><freejoint/>"
-         "<geom type='mesh' mesh='m'/></body></worldbody></mujoco>")
-  assets = {fname: _MESHES[fname]} if fname in _MESHES else {}
-  theirs = mujoco.MjModel.from_xml_string(xml, assets=assets)
-  ours = flexor.load_mjcf_string(xml, assets=assets)
+  ours, theirs = _one_mesh(fname)
   assert ours.mesh_graphadr.tolist() == theirs.mesh_graphadr.tolist() == [0]
   assert len(ours.mesh_graph) == len(theirs.mesh_graph)
   mine, ref = _graph_sets(np.asarray(ours.mesh_graph)), _graph_sets(theirs.mesh_graph)
   assert mine[:2] == ref[:2]
   if fname == "cloud":
     assert mine[2:] == ref[2:]
-  ours64 = flexor.load_mjcf_string(xml, assets=assets, dtype=np.float64)
-  polygons, expected = _polygons(ours64), _polygons(theirs)
+  polygons, expected = _polygons(ours), _polygons(theirs)
   assert polygons.keys() == expected.keys()
   assert max(np.abs(polygons[k] - expected[k]).max() for k in expected) < 1e-12
   np.testing.assert_array_equal(ours.mesh_polymapnum, theirs.mesh_polymapnum)
@@ -437,35 +455,13 @@ def _hull_rows_by_loop(m) -> list[dict]:
   return out
 
 
-# MuJoCo's car.xml chassis: a point cloud under an uneven scale
-_CAR = ("9 2 0  -10 10 10  9 -2 0  10 3 -10  10 -3 -10  -8 10 -10  -10 -10 10  -8 -10 -10  "
-        "-5 0 20")
-# a bevelled cube (MuJoCo's cube_3x3x3.xml cubelet): 6 squares, 12 bevels and 8 corners
-_BEVEL = " ".join(f"{x} {y} {z}" for a in (0.85, -0.85) for b in (0.85, -0.85)
-                  for x, y, z in ((1, a, b), (-1, a, b), (a, 1, b), (a, -1, b), (a, b, 1),
-                                  (a, b, -1)))
-
-
 @pytest.mark.parametrize("fname", ["cube.obj", "skew.obj", "cloud", "car", "bevel"])
 def test_polygon_tables_are_mujocos(fname):
   """The hull's triangles come in qhull's order, and the polygons merged from them are MuJoCo
   4.0.1's to the bit: the same loops from the same first vertex, in the order its hash map
   visits them, the same polygon map, and Newell's normals. The multi-contact search clips a
   polygon from its first vertex and picks its quadrilateral by a search that starts there."""
-  if fname == "cloud":
-    pts = np.random.default_rng(3).normal(size=(60, 3)).astype(np.float32)
-    xml_mesh = f"<mesh name='m' vertex='{' '.join(repr(float(x)) for x in pts.ravel())}'/>"
-  elif fname == "car":
-    xml_mesh = f"<mesh name='m' scale='.01 .006 .0015' vertex='{_CAR}'/>"
-  elif fname == "bevel":
-    xml_mesh = f"<mesh name='m' scale='.0095 .0095 .0095' vertex='{_BEVEL}'/>"
-  else:
-    xml_mesh = f"<mesh name='m' file='{fname}'/>"
-  xml = (f"<mujoco><asset>{xml_mesh}</asset><worldbody><body><freejoint/>"
-         "<geom type='mesh' mesh='m'/></body></worldbody></mujoco>")
-  assets = {fname: _MESHES[fname]} if fname in _MESHES else {}
-  theirs = mujoco.MjModel.from_xml_string(xml, assets=assets)
-  ours = flexor.load_mjcf_string(xml, assets=assets, dtype=np.float64)
+  ours, theirs = _one_mesh(fname)
   faces = lambda g: g[2 + 3 * g[0] + 3 * g[1]:].reshape(-1, 3)
   np.testing.assert_array_equal(faces(np.asarray(ours.mesh_graph)), faces(theirs.mesh_graph))
   for name in ("mesh_polyvertadr", "mesh_polyvertnum", "mesh_polyvert", "mesh_polymapadr",
