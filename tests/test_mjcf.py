@@ -206,3 +206,21 @@ def test_a_layout_too_large_is_capped_with_a_warning(monkeypatch):
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     assert flexor.load_mjcf_string(xml.format("<size nconmax='3'/>")).nconmax == 3
+
+
+def test_replicated_frames_are_mujocos_to_the_bit():
+  """MuJoCo turns copy i of a rotating <replicate> by i times its euler angles (not by the
+  accumulated quaternion) and moves the next copy by the offset turned that way: nested rings
+  of free bodies (as MuJoCo's 100_humanoids.xml) get its positions and orientations exactly, so
+  that bodies resting exactly on the floor touch it in both engines."""
+  xml = """<mujoco><worldbody>
+    <replicate count="10" euler="0 0 36" sep="-"><frame pos="1.2 0 0">
+      <replicate count="10" euler="0 0 17" sep="-" offset="0.6 0 0">
+        <body pos="0 0 0.1"><freejoint/><geom size="0.1"/></body>
+      </replicate>
+    </frame></replicate>
+  </worldbody></mujoco>"""
+  ours, ref = flexor.load_mjcf_string(xml), mujoco.MjModel.from_xml_string(xml)
+  for field in ("body_pos", "body_quat", "qpos0"):
+    np.testing.assert_array_equal(np.asarray(getattr(ours, field)), getattr(ref, field),
+                                  err_msg=field)

@@ -214,8 +214,9 @@ def expand(source: Source, compiler: Any, outer: etree._Element
     offset = r.floats("offset", 3, (0.0, 0.0, 0.0))
     euler = r.floats("euler", 3, (0.0, 0.0, 0.0))
     try:
-      step = frames.orient_quat("euler", euler, degrees=compiler.degrees,
-                                eulerseq=compiler.eulerseq)
+      turn = lambda k: frames.orient_quat("euler", [k * a for a in euler],
+                                          degrees=compiler.degrees, eulerseq=compiler.eulerseq)
+      step = turn(1)
     except ValueError as e:
       raise r.error(str(e), "euler") from None
     sep = element.get("sep", "")
@@ -223,6 +224,9 @@ def expand(source: Source, compiler: Any, outer: etree._Element
     pos, quat = np.zeros(3), np.array([1.0, 0.0, 0.0, 0.0])
     anchor, copies = element, []
     for i in range(count):
+      # MuJoCo turns copy i by i times the euler angles, not by the accumulated quaternion (its
+      # precision), and moves the next copy's position by the offset turned that way
+      quat = turn(i)
       frame = etree.Element("frame", pos=" ".join(repr(float(x)) for x in pos),
                             quat=" ".join(repr(float(x)) for x in quat))
       frame.sourceline = element.sourceline
