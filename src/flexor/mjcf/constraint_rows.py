@@ -39,11 +39,10 @@ def contact_dims(f: dict[str, Any]) -> np.ndarray:
                   mixed).astype(np.int32)
 
 
-def contact_rows(dim: Any, cone: int) -> Any:
-  """Constraint rows of one contact with ``dim`` dimensions (an int or an array of them)."""
-  frictional = 2 * (np.asarray(dim) - 1) if cone == ConeType.PYRAMIDAL else np.asarray(dim)
-  rows = np.where(np.asarray(dim) == 1, 1, frictional)
-  return int(rows) if rows.ndim == 0 else rows
+def contact_rows(dim: np.ndarray, cone: int) -> np.ndarray:
+  """Constraint rows of contacts with ``dim`` (n,) dimensions (n,)."""
+  dim = np.asarray(dim)
+  return np.where(dim == 1, 1, 2 * (dim - 1) if cone == ConeType.PYRAMIDAL else dim)
 
 
 class ContactGroup(NamedTuple):
@@ -165,11 +164,12 @@ def layout(f: dict[str, Any], opt: Any, max_rows: int | None = None) -> dict[str
     slot_dim = np.concatenate([np.full(g.size, g.dim) for g in groups])
 
   rows = list(other_rows)
-  for slot, dim in enumerate(slot_dim.tolist()):
+  for slot, (dim, n) in enumerate(zip(slot_dim.tolist(),
+                                      contact_rows(slot_dim, opt.cone).tolist())):
     kind = (ConstraintType.CONTACT_FRICTIONLESS if dim == 1 else
             ConstraintType.CONTACT_PYRAMIDAL if opt.cone == ConeType.PYRAMIDAL else
             ConstraintType.CONTACT_ELLIPTIC)
-    rows += [(kind, slot, k) for k in range(contact_rows(dim, opt.cone))]
+    rows += [(kind, slot, k) for k in range(n)]
   table = np.array(rows, dtype=np.int32).reshape(-1, 3)
   return dict(collision_dim=dims, collision_conadr=conadr, collision_connum=connum,
               collision_window=np.array([w or (0, 0) for w in windows], np.int32).reshape(-1, 2),
