@@ -275,10 +275,10 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
     reach = params["margin"] + params["gap"]
     if surrogate:
       reach = reach + m.opt.contact_gradient_width
-    dist = jnp.zeros(n, dtype)
-    pos = jnp.zeros((n, 3), dtype)
-    frame = jnp.zeros((n, 3, 3), dtype)
-    exist = jnp.zeros(n, bool)
+    # each group's contacts, flattened, and the slot of each (static, except under
+    # max_geom_pairs); Data's slots then gather them
+    found: list[collision_primitive.Contacts] = []
+    found_slots: list[np.ndarray | jax.Array] = []
     convex = np.array([tuple(t) in collision_convex.PAIRS for t in types.tolist()], bool)
     field = types[:, 0] == GeomType.HFIELD
     single = ~convex & ~field
@@ -313,11 +313,11 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
       own = np.arange(k)[None, :] < m.collision_connum[cands][:, None]
       if max_pairs:
         own = jnp.asarray(own)[take]
-      slots = jnp.where(own, conadr[:, None] + np.arange(k)[None, :], n).reshape(-1)
-      dist = dist.at[slots].set(c_dist.reshape(-1), mode="drop")
-      pos = pos.at[slots].set(c_pos.reshape(-1, 3), mode="drop")
-      frame = frame.at[slots].set(c_frame.reshape(-1, 3, 3), mode="drop")
-      exist = exist.at[slots].set(c_exist.reshape(-1), mode="drop")
+      xp = jnp if max_pairs else np
+      found_slots.append(xp.where(own, conadr[:, None] + np.arange(k)[None, :], n).reshape(-1))
+      found.append((c_dist.reshape(-1), c_pos.reshape(-1, 3), c_frame.reshape(-1, 3, 3),
+                    c_exist.reshape(-1)))
+    dist, pos, frame, exist = _to_slots(n, found, found_slots, dtype)
     owner = np.repeat(np.arange(m.ncollision), m.collision_connum)
     per_slot = {key: value[owner] for key, value in params.items()}
     if surrogate:
@@ -343,6 +343,27 @@ def collision(m: Model, d: Data, surrogate: bool = False) -> Data:
     fields, dropped = _compact(m, fields)
     return d.replace(ncon=jnp.sum(fields["contact_exist"]).astype(jnp.int32),
                      ncon_dropped=dropped, ncollision_dropped=skipped, **fields)
+
+
+def _to_slots(n: int, found: list[collision_primitive.Contacts],
+              slots: list[np.ndarray | jax.Array], dtype: Any) -> collision_primitive.Contacts:
+  """The narrow phase's contacts (dist, pos, frame, exist), group by group, in the n slots
+  ``slots`` (one per contact, n: none) name; a slot no group writes holds no contact. Static
+  slots are one gather: XLA CPU runs a scatter as a loop, one per group and field."""
+  empty = (jnp.zeros(n, dtype), jnp.zeros((n, 3), dtype), jnp.zeros((n, 3, 3), dtype),
+           jnp.zeros(n, bool))
+  fixed = [i for i, slot in enumerate(slots) if isinstance(slot, np.ndarray)]
+  out = empty
+  if fixed:
+    flat = np.concatenate([slots[i] for i in fixed])
+    src = np.full(n + 1, len(flat))
+    src[flat] = np.arange(len(flat))
+    out = tuple(jnp.concatenate([*(found[i][f] for i in fixed), empty[f][:1]])[src[:n]]
+                for f in range(4))
+  for i, slot in enumerate(slots):
+    if i not in fixed:
+      out = tuple(field.at[slot].set(value, mode="drop") for field, value in zip(out, found[i]))
+  return out
 
 
 def _groups(m: Model) -> list[constraint_rows.ContactGroup] | None:

@@ -407,58 +407,74 @@ def _area4(a: jax.Array, b: jax.Array, c: jax.Array, d: jax.Array) -> jax.Array:
   return 0.5 * jnp.sqrt(_xdot(e, e))
 
 
-def _polygon_quad(pts: jax.Array, n: jax.Array) -> jax.Array:
+class _Quad(NamedTuple):
+  q: jax.Array      # (4,) the corners a, b, c, d being moved
+  m: jax.Array      # the largest area so far
+  res: jax.Array    # (4,) the corners of that area
+  phase: jax.Array  # which corner moves next: _ADVANCE_D, _ADVANCE_C or _ADVANCE_B
+  steps: jax.Array
+  done: jax.Array
+
+
+_ADVANCE_D, _ADVANCE_C, _ADVANCE_B = 0, 1, 2
+_MOVED = np.array([3, 2, 1], np.int32)  # the corner each phase moves
+
+
+def _polygon_quad(pts: jax.Array, n: jax.Array, run: jax.Array) -> jax.Array:
   """polygonQuad: the positions (4,) of a quadrilateral of large area among the first n > 4
-  vertices of a convex polygon (N, 3), by MuJoCo's rotating search (no derivatives)."""
+  vertices of a convex polygon (N, 3), by MuJoCo's rotating search (no derivatives); (0, 1, 2,
+  3) where not ``run``.
+
+  MuJoCo's three nested loops (for each corner a: move d while the area grows, and after each
+  move of d, c and then b while it grows) run here as one loop over their steps, each of which
+  tries one move: under vmap a batch then takes as many steps as its longest search, not the
+  sum over every loop of its longest iteration count. Every step compares the area it computes
+  with the best so far and keeps that same value, as MuJoCo does, so the areas only grow and
+  the search ends; the step cap only guards against rounding that never settles."""
   pts = jax.lax.stop_gradient(pts)
   area = lambda q: _area4(pts[q[0]], pts[q[1]], pts[q[2]], pts[q[3]])
-  nxt = lambda i: (i + 1) % n
+  nxt = lambda i: jnp.where(i + 1 < n, i + 1, 0)
 
-  def climb(slot: int):
-    """Advances corner ``slot`` while the area grows, at most n times: the loop's test and its
-    body are compiled apart, and XLA may round the same area differently in each (a fused
-    multiply-add in one), so on a regular polygon, whose turned quadrilaterals have equal areas,
-    an unbounded climb could go round for ever."""
-    def cond(s):
-      q, m, _, k = s
-      return (k < n) & (area(q.at[slot].set(nxt(q[slot]))) > m)
-
-    def body(s):
-      q, _, _, k = s
-      q = q.at[slot].set(nxt(q[slot]))
-      return q, area(q), q, k + 1
-    return cond, body
-
-  def fresh(s):
-    return (*s[:3], jnp.zeros((), jnp.int32))
-
-  def outer(a, s):
-    q, m, res = s
-    q = q.at[0].set(a)
-
-    def body(s):
-      s = climb(3)[1](s)
-      inner = jax.lax.while_loop(*climb(2), fresh(s))
-      return (*jax.lax.while_loop(*climb(1), fresh(inner))[:3], s[3])
-    q, m, res, _ = jax.lax.while_loop(climb(3)[0], body, (q, m, res, jnp.zeros((), jnp.int32)))
-    b_hit = q[1] == a
-    q = q.at[1].set(jnp.where(b_hit, nxt(q[1]), q[1]))
-    c_hit = b_hit & (q[2] == q[1])
-    q = q.at[2].set(jnp.where(c_hit, nxt(q[2]), q[2]))
-    d_hit = c_hit & (q[3] == q[2])
-    q = q.at[3].set(jnp.where(d_hit, nxt(q[3]), q[3]))
-    return q, m, res
+  def step(s: _Quad) -> _Quad:
+    slot = jnp.asarray(_MOVED)[s.phase]
+    trial = s.q.at[slot].set(nxt(s.q[slot]))
+    m_next = area(trial)
+    grow = m_next > s.m
+    # on growth: d's move is followed by c's, c and b keep moving; else c's loop hands over to
+    # b's, b's back to d's, and d's ends corner a: b, c and d step off a collision, a moves on
+    after_fail = jnp.where(s.phase == _ADVANCE_C, _ADVANCE_B, _ADVANCE_D)
+    a, b, c, d = s.q[0], s.q[1], s.q[2], s.q[3]
+    b_hit = b == a
+    b = jnp.where(b_hit, nxt(b), b)
+    c_hit = b_hit & (c == b)
+    c = jnp.where(c_hit, nxt(c), c)
+    d = jnp.where(c_hit & (d == c), nxt(d), d)
+    next_a = jnp.stack([a + 1, b, c, d])
+    end_a = ~grow & (s.phase == _ADVANCE_D)
+    return _Quad(
+        q=jnp.where(grow, trial, jnp.where(end_a, next_a, s.q)),
+        m=jnp.where(grow, m_next, s.m), res=jnp.where(grow, trial, s.res),
+        phase=jnp.where(grow, jnp.where(s.phase == _ADVANCE_D, _ADVANCE_C, s.phase),
+                        after_fail).astype(jnp.int32),
+        steps=s.steps + 1, done=end_a & (a + 1 >= n))
 
   q0 = jnp.arange(4, dtype=jnp.int32)
-  _, _, res = jax.lax.fori_loop(0, n, outer, (q0, area(q0), q0))
-  return res
+  cap = 4 * pts.shape[0] * pts.shape[0]
+  init = _Quad(q=q0, m=area(q0), res=q0, phase=jnp.array(_ADVANCE_D, jnp.int32),
+               steps=jnp.array(0, jnp.int32), done=~run)
+  out = jax.lax.while_loop(lambda s: ~s.done & (s.steps < cap), step, init)
+  return jnp.where(run, out.res, q0)
 
 
 def _compact(pts: jax.Array, keep: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
   """The points (M, 3) where ``keep`` (M,), in order, in an array of ``size``, and their count."""
-  slot = jnp.where(keep, jnp.cumsum(keep) - 1, size)
-  out = jnp.zeros((size, 3), pts.dtype).at[slot].set(pts, mode="drop")
-  return out, jnp.minimum(jnp.sum(keep), size).astype(jnp.int32)
+  # a gather, not a scatter (XLA CPU runs each scatter as a loop of its own): the j-th kept
+  # point is the one with j kept points before it, as many as the ranks up to j
+  rank = jnp.cumsum(keep.astype(jnp.int32))
+  src = jnp.sum(rank[None, :] <= np.arange(size)[:, None], axis=1, dtype=jnp.int32)
+  count = jnp.minimum(rank[-1], size)
+  kept = pts[jnp.minimum(src, len(keep) - 1)]
+  return jnp.where((np.arange(size) < count)[:, None], kept, 0.0), count
 
 
 def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npoly: jax.Array,
@@ -482,10 +498,11 @@ def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npol
   pts = jnp.zeros((size, 3), poly.dtype).at[:f].set(poly)
   count = npoly.astype(jnp.int32)
   ids = jnp.arange(size)
-  # Unrolled, not a lax.fori_loop: the loop compiles in less time, but XLA CPU at optimisation
-  # level 0 with its elemental emitters (the test suite's flags) ran the batched cylinder-box
-  # collider of 24 resting poses for over 45 minutes without finishing (each pose alone: 20 ms).
-  for e in range(f):
+
+  # one edge a step: unrolled over a cylinder cap's 16 edges, the clipping was 60% of a
+  # cylinder pair's program (compile time) and, with a scatter in each copy, most of its run
+  def clip(e, state):
+    pts, count = state
     # MuJoCo 4.0's halfspace test and crossing: P inside where its distance d1 to the plane
     # exceeds -mjMINVAL, PQ crossing at t = d1 / (d1 - d2) where that lies in [0, 1]
     nxt_id = (ids + 1) % jnp.maximum(count, 1)
@@ -503,7 +520,9 @@ def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npol
     keep = jnp.stack([live & hit, live & in2], axis=1).reshape(-1)
     clipped, ncl = _compact(cand, keep, size)
     active = e < nclipper
-    pts, count = jnp.where(active, clipped, pts), jnp.where(active, ncl, count)
+    return jnp.where(active, clipped, pts), jnp.where(active, ncl, count)
+
+  pts, count = jax.lax.fori_loop(0, f, clip, (pts, count))
   # drop what lies farther than the margin above the face
   above = _xdot(pts - a[0][None], n[None])
   pts, count = _compact(pts, (ids < count) & (above <= margin), size)
@@ -515,8 +534,7 @@ def _polygon_clip(clipper: jax.Array, nclipper: jax.Array, poly: jax.Array, npol
   far = jnp.where(jnp.max(d2) > 0, jnp.stack([best // size, best % size]), jnp.array([0, 1]))
   far = jnp.concatenate([far, far]).astype(jnp.int32)
   edge = (npoly == 2) & (count > 2)
-  quad = jax.lax.cond(~edge & (count > 4), lambda: _polygon_quad(pts, count),
-                      lambda: jnp.arange(4, dtype=jnp.int32))
+  quad = _polygon_quad(pts, count, ~edge & (count > 4))
   pick = jnp.where(edge, far, quad)
   num = jnp.where(edge, 2, jnp.minimum(count, 4))
   v = pts[pick]

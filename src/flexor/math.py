@@ -353,5 +353,11 @@ def chunked(active: jax.Array, fn: Callable[..., _T], args: tuple[Any, ...], siz
   _, out = jax.lax.scan(
       lambda _, chunk: (None, jax.lax.cond(jnp.any(chunk[0]), fn, skip, *chunk)),
       None, (on, *jax.tree.map(take, tuple(args))))
-  return jax.tree.map(lambda x: jnp.zeros((n,) + x.shape[2:], x.dtype).at[sel].set(
-      x.reshape((nchunk * size,) + x.shape[2:]), mode="drop"), out)
+  # each active lane's result sits at its rank among the active lanes: a gather, not a
+  # scatter (which XLA CPU runs as a loop over the lanes)
+  rank = jnp.maximum(jnp.cumsum(active) - 1, 0)
+
+  def back(x: jax.Array) -> jax.Array:
+    flat = x.reshape((nchunk * size,) + x.shape[2:])[rank]
+    return jnp.where(active.reshape((n,) + (1,) * (flat.ndim - 1)), flat, jnp.zeros_like(flat))
+  return jax.tree.map(back, out)
