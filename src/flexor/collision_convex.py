@@ -413,6 +413,19 @@ def _empty_polytope(nv: int, nf: int, dtype) -> _Polytope:
       nface=jnp.array(0), center=jnp.zeros(3, dtype))
 
 
+# the initial polytopes have at most 5 vertices and 6 faces: they are built and chosen among at
+# that size, and only the one chosen grows to EPA's
+_NV0, _NF0 = 5, 6
+
+
+def _grown(pt: _Polytope, nv: int, nf: int) -> _Polytope:
+  """The polytope with room for nv vertices and nf faces (the new rows empty)."""
+  pad = lambda x, n: jnp.concatenate([x, jnp.zeros((n - x.shape[0],) + x.shape[1:], x.dtype)])
+  return pt._replace(vert=pad(pt.vert, nv), face=pad(pt.face, nf), adj=pad(pt.adj, nf),
+                     v=pad(pt.v, nf), dist2=pad(pt.dist2, nf), alive=pad(pt.alive, nf),
+                     in_map=pad(pt.in_map, nf))
+
+
 def _face_point(center: jax.Array, v1: jax.Array, v2: jax.Array, v3: jax.Array
                 ) -> tuple[jax.Array, jax.Array]:
   """attachFace's projection of the origin on face (v1, v2, v3), pointing away from ``center``,
@@ -473,9 +486,9 @@ _P4_ADJ = np.array([(1, 3, 2), (2, 3, 0), (0, 3, 1), (2, 0, 1)])
 _P4_OFF = np.array([3, 2, 1, 0])
 
 
-def _polytope4(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, jax.Array]:
+def _polytope4(sup, simplex) -> tuple[_Polytope, jax.Array, jax.Array, jax.Array]:
   """polytope4: (polytope, ret, fall back to polytope3, that triangle's vertices (3, 4, 3))."""
-  pt = _empty_polytope(nv, nf, simplex.dtype)
+  pt = _empty_polytope(_NV0, _NF0, simplex.dtype)
   for i in range(4):
     pt = _insert(pt, simplex[i])
   x = simplex[:, _V]
@@ -500,8 +513,8 @@ _P3_HEXA = np.array([(3, 0, 1), (3, 2, 0), (3, 1, 2), (4, 1, 0), (4, 0, 2), (4, 
 _P3_HEXA_OFF = np.array([2, 1, 0, 2, 1, 0])  # the equator's vertex off each face
 
 
-def _polytope3(sup, tri, nv, nf, tol) -> tuple[_Polytope, jax.Array]:
-  pt = _empty_polytope(nv, nf, tri.dtype)
+def _polytope3(sup, tri, tol) -> tuple[_Polytope, jax.Array]:
+  pt = _empty_polytope(_NV0, _NF0, tri.dtype)
   x = tri[:, _V]
   n = _cross(x[1] - x[0], x[2] - x[0])
   n_norm = _norm(n)
@@ -565,8 +578,8 @@ def _rotmat120(axis: jax.Array) -> jax.Array:
       [u1*u3*(1 - c) - u2*s, u2*u3*(1 - c) + u1*s, c + u3*u3*(1 - c)]])
 
 
-def _polytope2(sup, simplex, nv, nf) -> tuple[_Polytope, jax.Array, jax.Array, jax.Array]:
-  pt = _empty_polytope(nv, nf, simplex.dtype)
+def _polytope2(sup, simplex) -> tuple[_Polytope, jax.Array, jax.Array, jax.Array]:
+  pt = _empty_polytope(_NV0, _NF0, simplex.dtype)
   v1, v2 = simplex[0, _V], simplex[1, _V]
   pt = pt._replace(center=(v1 + v2) * 0.5)
   diff = v2 - v1
@@ -658,17 +671,21 @@ def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array
     bad = jnp.any(valid & (d2s == 0))
     few = nedges < 3
     full = nedges > nf - pt.nface
-    slot = jnp.where(valid, new_id, nf)
     new_faces = jnp.stack([jnp.full(_HORIZON, wi), b, a], axis=1).astype(jnp.int32)
     new_adj = jnp.stack([pt.nface + prev, g, pt.nface + nxt], axis=1).astype(jnp.int32)
+    # the new faces take rows nface, nface + 1, ...: each row gathers its horizon edge's (a
+    # scatter would run as a loop of its own on XLA CPU); where they do not fit, the polytope
+    # is full and not grown
+    fresh = (ids >= pt.nface) & (ids < pt.nface + nedges)
+    edge_of = jnp.clip(ids - pt.nface, 0, _HORIZON - 1)
+    put = lambda old, new: jnp.where(fresh.reshape((nf,) + (1,) * (old.ndim - 1)),
+                                     new[edge_of], old)
+    across = pt.adj.at[jnp.where(valid, g, nf), e].set(new_id.astype(jnp.int32), mode="drop")
     expanded = pt._replace(
-        vert=pt.vert.at[wi].set(w), nvert=pt.nvert + 1,
-        face=pt.face.at[slot].set(new_faces, mode="drop"),
-        adj=pt.adj.at[jnp.where(valid, g, nf), e].set(new_id.astype(jnp.int32), mode="drop")
-        .at[slot].set(new_adj, mode="drop"),
-        v=pt.v.at[slot].set(pts, mode="drop"), dist2=pt.dist2.at[slot].set(d2s, mode="drop"),
-        alive=alive.at[slot].set(True, mode="drop"),
-        in_map=(pt.in_map & ~comp).at[slot].set((d2s >= lower2) & (d2s <= upper2), mode="drop"),
+        vert=pt.vert.at[wi].set(w), nvert=pt.nvert + 1, face=put(pt.face, new_faces),
+        adj=put(across, new_adj), v=put(pt.v, pts), dist2=put(pt.dist2, d2s),
+        alive=alive | fresh,
+        in_map=put(pt.in_map & ~comp, (d2s >= lower2) & (d2s <= upper2)),
         nface=pt.nface + nedges)
     stop_before = invalid | zero | conv
     full = full | (nedges > _HORIZON)
@@ -793,13 +810,13 @@ def _search_epa(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, gjk
   nv, nf = 5 + kmax, 6 * kmax
   sup = _support(g1, g2, kinds)
   full = gjks.full
-  p4, r4, f4, t4 = _polytope4(sup, full.simplex, nv, nf)
-  p2, r2, f2, t2 = _polytope2(sup, full.simplex, nv, nf)
+  p4, r4, f4, t4 = _polytope4(sup, full.simplex)
+  p2, r2, f2, t2 = _polytope2(sup, full.simplex)
   tri = jnp.where(full.n == 4, t4, jnp.where(full.n == 2, t2, full.simplex[:3]))
-  p3, r3 = _polytope3(sup, tri, nv, nf, tol)
+  p3, r3 = _polytope3(sup, tri, tol)
   use3 = (full.n == 3) | ((full.n == 4) & f4) | ((full.n == 2) & f2)
   pick = lambda a, b, c: jnp.where(use3, c, jnp.where(full.n == 4, a, b))
-  pt = jax.tree.map(pick, p4, p2, p3)
+  pt = _grown(jax.tree.map(pick, p4, p2, p3), nv, nf)
   run = gjks.run_epa & (pick(r4, r2, r3) == 0)
   face, pt = _epa(sup, pt, kmax, tol, run)
   return pt.vert[pt.face[jnp.maximum(face, 0)]], pt.center, run & (face >= 0)

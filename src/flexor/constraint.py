@@ -394,9 +394,7 @@ def _equality_rows(m: Model, d: Data, rows: np.ndarray):
       jrow = lambda o: d.ten_J[o]
       weight = lambda o: m.tendon_invweight0[o]
     data = m.eq_data[e]
-    dif = jnp.where(two, q(o2s) - ref(o2s), 0.0)
-    poly = data[:, 1] * dif + data[:, 2] * dif**2 + data[:, 3] * dif**3 + data[:, 4] * dif**4
-    deriv = data[:, 1] + 2 * data[:, 2] * dif + 3 * data[:, 3] * dif**2 + 4 * data[:, 4] * dif**3
+    poly, deriv = _coupling(data, jnp.where(two, q(o2s) - ref(o2s), 0.0))
     err = q(o1) - ref(o1) - data[:, 0] - jnp.where(two, poly, 0.0)
     j = jrow(o1) - jnp.where(two, deriv, 0.0)[:, None] * jrow(o2s)
     pos, jac = pos.at[idx].set(err), jac.at[idx].set(j)
@@ -404,6 +402,37 @@ def _equality_rows(m: Model, d: Data, rows: np.ndarray):
   zero = jnp.zeros(n, dtype)
   active = jnp.ones(n, bool)
   return jac, pos, zero, zero, active, m.eq_solref[eq], m.eq_solimp[eq], diag
+
+
+def _coupling(data: jax.Array, dif: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """A joint or tendon equality's polynomial (n,) of the second object's offset ``dif`` (n,)
+  from its reference, and its derivative, from eq_data (n, 11)."""
+  poly = data[:, 1] * dif + data[:, 2] * dif**2 + data[:, 3] * dif**3 + data[:, 4] * dif**4
+  deriv = data[:, 1] + 2 * data[:, 2] * dif + 3 * data[:, 3] * dif**2 + 4 * data[:, 4] * dif**3
+  return poly, deriv
+
+
+def tendon_forces(m: Model, d: Data) -> jax.Array:
+  """The force (ntendon,) along each tendon of its limit, friction-loss and equality rows:
+  each active row's force times its Jacobian's coefficient of the tendon's ten_J (a limit's
+  -1 at the upper end, an equality's -dpoly/dlength on its second tendon)."""
+  out = jnp.zeros(m.ntendon, d.qpos.dtype)
+  rows = rows_of(m, ConstraintType.LIMIT_TENDON, ConstraintType.FRICTION_TENDON)
+  force = jnp.where(d.efc_active[rows], d.efc_force[rows], 0.0)
+  upper = (m.efc_rowtype[rows] == ConstraintType.LIMIT_TENDON) & (m.efc_rowsub[rows] == 1)
+  out = out.at[m.efc_rowid[rows]].add(jnp.where(upper, -force, force))
+  rows = rows_of(m, ConstraintType.EQUALITY)
+  rows = rows[m.eq_type[m.efc_rowid[rows]] == EqType.TENDON]
+  if rows.size:
+    e = m.efc_rowid[rows]
+    force = jnp.where(d.efc_active[rows], d.efc_force[rows], 0.0)
+    o1, o2 = m.eq_obj1id[e], m.eq_obj2id[e]
+    two = o2 >= 0
+    o2s = np.where(two, o2, o1)
+    dif = jnp.where(two, d.ten_length[o2s] - m.tendon_length0[o2s], 0.0)
+    _, deriv = _coupling(m.eq_data[e], dif)
+    out = out.at[o1].add(force).at[o2s].add(jnp.where(two, -deriv * force, 0.0))
+  return out
 
 
 def jdot_correction(m: Model, d: Data) -> jax.Array:

@@ -145,19 +145,20 @@ def tendon_bias(m: Model, d: Data) -> jax.Array:
                         lambda: jnp.zeros(m.nv, dtype=d.qvel.dtype))
 
 
-def tendon_cfrc_ext(m: Model, d: Data) -> jax.Array:
+def tendon_cfrc_ext(m: Model, d: Data, constraint_force: jax.Array | float = 0.0) -> jax.Array:
   """Forces of spatial tendons on bodies (nbody, 6), com-based (torque, force), as MuJoCo 4's
   mj_rnePostConstraint adds them to cfrc_ext.
 
   A tendon's force along its path is its spring and damper force, the force of the actuators
-  that drive it (actuator_force times gear) and its armature's inertial force
-  ``-a (ten_J qacc + Jdot qvel)``; tendon limit, friction-loss and equality forces join once the
-  constraint stage exists. Each straight piece of the path between points on different bodies
+  that drive it (actuator_force times gear), its armature's inertial force
+  ``-a (ten_J qacc + Jdot qvel)`` and ``constraint_force`` (ntendon,), its limit, friction-loss
+  and equality forces (``constraint.tendon_forces``). Each straight piece of the path between points on different bodies
   pulls its end points together: ``f u`` at the far end, ``-f u`` at the near one, f divided by
   the pulley divisor. Fixed tendons act on joints only and add nothing. Needs qacc.
   """
   spring, damper = passive.tendon_forces(m, d)
-  force = spring + damper - _tendon_armature(m) * (d.ten_J @ d.qacc + tendon_jdot(m, d))
+  force = (spring + damper - _tendon_armature(m) * (d.ten_J @ d.qacc + tendon_jdot(m, d))
+           + constraint_force)
   acts = np.flatnonzero(m.actuator_trntype == TrnType.TENDON) if m.nactuator else []
   if len(acts):
     out = m.actuator_outadr[acts]

@@ -146,8 +146,9 @@ def rne_postconstraint(m: Model, d: Data) -> Data:
 
   cfrc_ext holds ``xfrc_applied`` moved to com-based frames, the contact forces
   (``contact_force``), the connect and weld constraint forces and, as in MuJoCo 4, the forces
-  of spatial tendons (``crb.tendon_cfrc_ext``). cfrc_int is the force each body receives from
-  its parent, cfrc_body - cfrc_ext summed over the subtree; the world's row sums the roots' rows.
+  of spatial tendons (``crb.tendon_cfrc_ext``), those of their constraint rows included.
+  cfrc_int is the force each body receives from its parent, cfrc_body - cfrc_ext summed over
+  the subtree; the world's row sums the roots' rows.
   """
   with jax.named_scope("rne_postconstraint"):
     cacc = _cacc(m, d, flg_acc=True)
@@ -160,7 +161,8 @@ def rne_postconstraint(m: Model, d: Data) -> Data:
       cfrc_ext = cfrc_ext + _equality_cfrc_ext(m, d)
     cfrc_ext = cfrc_ext.at[0].set(0.0)
     if m.ntendon:
-      cfrc_ext = cfrc_ext + crb.tendon_cfrc_ext(m, d)   # MuJoCo 4: spatial tendons' forces
+      # MuJoCo 4: spatial tendons' forces, their constraint rows' among them
+      cfrc_ext = cfrc_ext + crb.tendon_cfrc_ext(m, d, constraint.tendon_forces(m, d))
     own = _cfrc_body(d, cacc) - cfrc_ext  # zero on the world row (zero cinert and cfrc_ext)
     cfrc_int = tree.subtree_sum(m, own)
     roots = (m.body_parentid == 0) & (np.arange(m.nbody) > 0)
