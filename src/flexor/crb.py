@@ -152,9 +152,10 @@ def tendon_cfrc_ext(m: Model, d: Data, constraint_force: jax.Array | float = 0.0
   A tendon's force along its path is its spring and damper force, the force of the actuators
   that drive it (actuator_force times gear), its armature's inertial force
   ``-a (ten_J qacc + Jdot qvel)`` and ``constraint_force`` (ntendon,), its limit, friction-loss
-  and equality forces (``constraint.tendon_forces``). Each straight piece of the path between points on different bodies
-  pulls its end points together: ``f u`` at the far end, ``-f u`` at the near one, f divided by
-  the pulley divisor. Fixed tendons act on joints only and add nothing. Needs qacc.
+  and equality forces (``constraint.tendon_forces``). Each straight piece of the path between
+  points on different bodies pulls its end points together: ``f u`` at the far end, ``-f u`` at
+  the near one, f divided by the pulley divisor. Fixed tendons act on joints only and add
+  nothing. Needs qacc.
   """
   spring, damper = passive.tendon_forces(m, d)
   force = (spring + damper - _tendon_armature(m) * (d.ten_J @ d.qacc + tendon_jdot(m, d))
