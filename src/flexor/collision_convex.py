@@ -4,8 +4,7 @@ cylinder or box against an ellipsoid, and a sphere or an ellipsoid against a mes
 contact (``contact_pairs.CONVEX``); the pairs of capsules, cylinders, boxes and meshes
 (``contact_pairs.MULTI``), whose first contact MuJoCo's multi-contact search
 (``flexor.collision_multi``) completes unless the model disables multiccd; and, for
-``flexor.collision_hfield``, a height field's prisms against spheres, capsules, ellipsoids and
-cylinders.
+``flexor.collision_hfield``, a height field's prisms against every convex geom.
 
 ``mjc_ccd`` first runs GJK on the Minkowski difference of the two geoms. A sphere shrinks to its
 centre and a capsule to its segment; if those cores stay farther apart than ``ccd_tolerance``,
@@ -58,6 +57,7 @@ _MAXVAL2 = 1e10 * 1e10
 _MINDIST = _MINVAL2  # mjMINDIST2/3/4 in double precision
 _POINT, _LINE = -1, -2  # the cores of a sphere and a capsule
 _HORIZON = 24  # MuJoCo's horizon buffer holds 24 edges
+_MINEPATOL = {8: MINVAL, 4: 1e-7}  # mjMINEPATOL, by the float's size in bytes
 
 # Components of a vertex (..., 4, 3): the Minkowski difference point, the support points on
 # geom 1 and geom 2, and the direction (for geom 1; geom 2 took its negative).
@@ -610,13 +610,21 @@ class _Epa(NamedTuple):
   done: jax.Array
 
 
-def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array
-         ) -> tuple[jax.Array, _Polytope]:
+def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array,
+         discrete: jax.Array, prism: jax.Array) -> tuple[jax.Array, _Polytope]:
   """MuJoCo's ``epa``: the id of the face nearest the origin, or -1 (no contact), and the final
-  polytope. ``run`` False skips it (a batch's loop then ends once its last pair is done)."""
+  polytope. ``run`` False skips it (a batch's loop then ends once its last pair is done).
+
+  Between two ``discrete`` geoms (polytopes) the expansion ends in finitely many steps: it runs
+  to a tolerance of MINVAL (1e-7 in float32) instead of ``tol`` and stops at the first support
+  point that is already a vertex of the polytope (the same vertex of both geoms). A height
+  field ``prism`` (geom 1) gives its support points no vertex index in MuJoCo, so there a
+  support point is seen before when geom 2's vertex is."""
   big = jnp.finfo(pt.v.dtype).max
   nf = pt.face.shape[0]
   ids = jnp.arange(nf)
+  tol = jnp.where(discrete, _MINEPATOL[jnp.dtype(tol.dtype).itemsize], tol)
+  vert_ids = jnp.arange(pt.vert.shape[0])
 
   def body(s: _Epa) -> _Epa:
     pt = s.pt
@@ -639,6 +647,13 @@ def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array
     # and drops a first face whose bound is below the lower one by more than the tolerance
     conv = ~invalid & ~zero & (upper_k - lower < tol)
     lost = conv & (s.k == 0) & (upper < lower - tol)
+    # a discrete pair's support point seen before: MuJoCo compares vertex indices; a vertex is
+    # the same point wherever it was evaluated, up to the rounding of the fused arithmetic
+    # around it, and distinct vertices lie far apart
+    close = 64 * jnp.finfo(w.dtype).eps * (1 + jnp.max(jnp.abs(w[_A:_B + 1])))
+    same = lambda row: jnp.all(jnp.abs(pt.vert[:, row] - w[None, row]) <= close, axis=-1)
+    seen = (vert_ids < pt.nvert) & (prism | same(_A)) & same(_B)
+    repeated = discrete & ~invalid & ~zero & ~conv & jnp.any(seen)
 
     # horizon: the faces visible from w connected to the nearest face are deleted
     visible = pt.alive & (_dot(pt.v, w[_V]) - pt.dist2 > MINVAL)
@@ -687,7 +702,7 @@ def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array
         alive=alive | fresh,
         in_map=put(pt.in_map & ~comp, (d2s >= lower2) & (d2s <= upper2)),
         nface=pt.nface + nedges)
-    stop_before = invalid | zero | conv
+    stop_before = invalid | zero | conv | repeated
     full = full | (nedges > _HORIZON)
     fail = ~stop_before & (few | (~full & bad))
     stop_full = ~stop_before & ~few & full
@@ -818,7 +833,7 @@ def _search_epa(g1: Geom, g2: Geom, kinds: Kinds, kmax: int, tol: jax.Array, gjk
   pick = lambda a, b, c: jnp.where(use3, c, jnp.where(full.n == 4, a, b))
   pt = _grown(jax.tree.map(pick, p4, p2, p3), nv, nf)
   run = gjks.run_epa & (pick(r4, r2, r3) == 0)
-  face, pt = _epa(sup, pt, kmax, tol, run)
+  face, pt = _epa(sup, pt, kmax, tol, run, _discrete(g1, g2), g1.kind == _G.HFIELD)
   return pt.vert[pt.face[jnp.maximum(face, 0)]], pt.center, run & (face >= 0)
 
 

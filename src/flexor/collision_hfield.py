@@ -13,6 +13,16 @@ is the top of a prism reaching down to the base, -size_base. Against a convex ge
    each inflated by half the margin as in ``mjc_Convex``, so that a contact's dist is the true
    distance and contacts come up to the margin; at most ``mjMAXCONPAIR`` = 50 a pair.
 
+A box or a mesh without a margin is a polytope like the prism, and EPA between polytopes stops
+at the first support point it has seen before. MuJoCo knows a support point by the vertex
+indices its support functions record, and the prism's records none: EPA stops as soon as the
+box's or the mesh's vertex repeats, whichever prism vertex goes with it, often well short of the
+deepest point (``collision_convex._epa``). Such a contact can be shallower than the true
+penetration; it is MuJoCo's, and flexor's. Which vertex repeats can turn on the last bit of a
+face normal perpendicular to an edge, where the edge's two ends tie; there the two engines may
+stop on different faces (17 of 504 contacts in ``tests/test_collision_hfield.py``'s poses of a
+box and a mesh).
+
 This is MuJoCo 4.0's behaviour; the 3.x source raises the prism by the margin instead and does
 not grow the sub-grid. flexor gives each candidate pair a fixed window of cells
 (``contact_pairs.hfield_window``: the most its geom's bounding radius plus the compiled margin

@@ -48,10 +48,9 @@ CONVEX = frozenset({(_S, _E), (_S, _M), (_C, _E), (_E, _E), (_E, _Y), (_E, _B), 
 # multiccd
 MULTI = frozenset({(_C, _Y), (_Y, _Y), (_Y, _B), (_C, _M), (_Y, _M), (_B, _M), (_M, _M)})
 
-# a height field against a sphere, capsule, ellipsoid or cylinder: mjc_ConvexHField, one GJK/EPA
-# contact per prism (against a box or a mesh MuJoCo 4.0's native CCD runs its polytope contact
-# search on each prism, which flexor does not have)
-HFIELD = frozenset((_H, t) for t in (_S, _C, _E, _Y))
+# a height field against a sphere, capsule, ellipsoid, cylinder, box or mesh: mjc_ConvexHField,
+# one GJK/EPA contact per prism
+HFIELD = frozenset((_H, t) for t in (_S, _C, _E, _Y, _B, _M))
 MAXCONPAIR = 50  # mjMAXCONPAIR: the most contacts one geom pair makes
 
 # the subset flexor's narrow phase implements (MuJoCo's primitive colliders, mjc_PlaneConvex,
