@@ -275,26 +275,30 @@ _MULTI_PAIRS = """
 """
 
 
-def test_unsupported_pairs_warn_once():
+def test_every_convex_pair_is_collided():
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    compile_model(parse.load(_MULTI_PAIRS.encode(), None))
+
+
+def test_left_out_pairs_warn_once():
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    compile_model(parse.load(_MULTI_PAIRS.encode(), None))
+    compile_model(parse.load(_MULTI_PAIRS.encode(), None), convex=False)
   ours = [w for w in caught if "are left out" in str(w.message)]
   assert len(ours) == 1
-  # the box on the height field; a-b box-mesh, a-c box-cylinder, b-c mesh-cylinder (MuJoCo's
-  # multi-contact search), capsule-ellipsoid (b-c, contype 2) and the floor's pairs are collided
+  # the box on the height field, a-b box-mesh, a-c box-cylinder, b-c mesh-cylinder (MuJoCo's
+  # multi-contact search) and capsule-ellipsoid (b-c, contype 2); the floor's pairs stay
   message = str(ours[0].message)
-  assert message.startswith("1 geom pair(s)"), message
-  assert "does not support hfield-box" in message, message
+  assert message.startswith("5 geom pair(s)"), message
+  assert "GJK/EPA for hfield-box, capsule-ellipsoid" in message, message
 
 
 def test_multi_contact_pairs_get_one_slot_without_multiccd():
   types = lambda m: np.sort(np.asarray(m.geom_type)[np.asarray(m.collision_geom)], axis=1)
   for flag, slots in (("", 4), ("<option><flag multiccd='disable'/></option>", 1)):
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore")  # the box on the height field
-      ours = compile_model(parse.load(_MULTI_PAIRS.replace("<worldbody>", flag + "<worldbody>")
-                                      .encode(), None))[0]
+    ours = compile_model(parse.load(_MULTI_PAIRS.replace("<worldbody>", flag + "<worldbody>")
+                                    .encode(), None))[0]
     multi = [tuple(t) in contact_pairs.MULTI for t in types(ours).tolist()]
     assert sorted(map(tuple, types(ours)[multi].tolist())) == [(5, 6), (5, 7), (6, 7)]
     assert np.all(np.asarray(ours.collision_connum)[multi] == slots)

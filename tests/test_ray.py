@@ -4,7 +4,6 @@ groups, static geoms, transparency; jit, vmap and gradients."""
 from __future__ import annotations
 
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -59,9 +58,7 @@ _SCENE = """
 
 @functools.cache
 def _models():
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")   # hfield-box and hfield-mesh pairs flexor leaves out
-    return mujoco.MjModel.from_xml_string(_SCENE), flexor.load_mjcf_string(_SCENE)
+  return mujoco.MjModel.from_xml_string(_SCENE), flexor.load_mjcf_string(_SCENE)
 
 
 def _poses(n: int, seed: int = 0) -> np.ndarray:
