@@ -26,15 +26,23 @@ _BODIES = {
     "ellipsoid": '<geom type="ellipsoid" size="0.15 0.1 0.12"/>',
     "cylinder": '<geom type="cylinder" size="0.1 0.12"/>',
 }
+# polytopes: without a margin their pairs with a prism run EPA's discrete rules
+_POLYTOPES = {
+    "box": '<geom type="box" size="0.12 0.1 0.08"/>',
+    "mesh": '<geom type="mesh" mesh="wedge"/>',
+}
+_SHAPES = {**_BODIES, **_POLYTOPES}
+_WEDGE = '<mesh name="wedge" vertex="0 0 0  .2 0 0  0 .25 0  0 0 .15  .2 .2 .1  -.1 .05 .1"/>'
 
 
 def _xml(margin: float = 0.0, bodies: tuple[str, ...] = tuple(_BODIES), gravity: str = "0 0 -9.81"
          ) -> str:
   # the bodies collide with the field only (contype 2 & conaffinity 1 is 0)
-  free = "".join(f'<body pos="{i} 0 1"><freejoint/>{_BODIES[b]}</body>'
+  free = "".join(f'<body pos="{i} 0 1"><freejoint/>{_SHAPES[b]}</body>'
                  for i, b in enumerate(bodies))
+  mesh = _WEDGE if "mesh" in bodies else ""
   return f"""<mujoco><option gravity="{gravity}"/>
-  <asset><hfield name="h" nrow="{_NROW}" ncol="{_NCOL}" size="1 .8 .3 .1"
+  <asset>{mesh}<hfield name="h" nrow="{_NROW}" ncol="{_NCOL}" size="1 .8 .3 .1"
     elevation="{_ELEVATION}"/></asset>
   <default><geom contype="2" conaffinity="1" margin="{margin}"/></default>
   <worldbody><geom type="hfield" hfield="h" pos=".1 -.05 0" euler="5 -3 10" contype="1"/>
@@ -89,22 +97,6 @@ def test_slots_fit_the_subgrid():
   np.testing.assert_array_equal(m.collision_connum, 2 * np.prod(m.collision_window, axis=1))
 
 
-# polytopes: without a margin their pairs with a prism run EPA's discrete rules
-_POLYTOPES = {
-    "box": '<geom type="box" size="0.12 0.1 0.08"/>',
-    "mesh": '<geom type="mesh" mesh="wedge"/>',
-}
-_WEDGE = ('<mesh name="wedge" vertex="0 0 0  .2 0 0  0 .25 0  0 0 .15  .2 .2 .1  -.1 .05 .1"/>')
-
-
-def _polytope_xml(margin: float, bodies: tuple[str, ...]) -> str:
-  xml = _xml(margin, ())
-  free = "".join(f'<body pos="{i} 0 1"><freejoint/>{_POLYTOPES[b]}</body>'
-                 for i, b in enumerate(bodies))
-  return xml.replace("<asset>", f"<asset>{_WEDGE}").replace("</worldbody>",
-                                                           f"{free}</worldbody>")
-
-
 @pytest.mark.parametrize("margin", [0.0, pytest.param(0.03, marks=pytest.mark.slow)])
 def test_boxes_and_meshes_match_mujoco(margin):
   """A box and a mesh on the field: each prism's contact, in MuJoCo's order. Without a margin
@@ -112,7 +104,7 @@ def test_boxes_and_meshes_match_mujoco(margin):
   a face normal is perpendicular to an edge, MuJoCo's last bits pick one end of it and flexor's
   may pick the other (measured: 487 of 504 contacts to round-off, the others in count and
   geoms). With a margin the geoms are not polytopes and every contact agrees (807 of 807)."""
-  xml = _polytope_xml(margin, tuple(_POLYTOPES))
+  xml = _xml(margin, tuple(_POLYTOPES))
   m = _load(xml)
   qs = _poses(60, len(_POLYTOPES), seed=1)
   errors = match_contacts(mujoco.MjModel.from_xml_string(xml),

@@ -57,7 +57,6 @@ _MAXVAL2 = 1e10 * 1e10
 _MINDIST = _MINVAL2  # mjMINDIST2/3/4 in double precision
 _POINT, _LINE = -1, -2  # the cores of a sphere and a capsule
 _HORIZON = 24  # MuJoCo's horizon buffer holds 24 edges
-_MINEPATOL = {8: MINVAL, 4: 1e-7}  # mjMINEPATOL, by the float's size in bytes
 
 # Components of a vertex (..., 4, 3): the Minkowski difference point, the support points on
 # geom 1 and geom 2, and the direction (for geom 1; geom 2 took its negative).
@@ -623,7 +622,8 @@ def _epa(sup: Support, pt: _Polytope, kmax: int, tol: jax.Array, run: jax.Array,
   big = jnp.finfo(pt.v.dtype).max
   nf = pt.face.shape[0]
   ids = jnp.arange(nf)
-  tol = jnp.where(discrete, _MINEPATOL[jnp.dtype(tol.dtype).itemsize], tol)
+  # mjMINEPATOL: mjMINVAL in double precision, 1e-7 in single
+  tol = jnp.where(discrete, MINVAL if tol.dtype == jnp.float64 else 1e-7, tol)
   vert_ids = jnp.arange(pt.vert.shape[0])
 
   def body(s: _Epa) -> _Epa:
