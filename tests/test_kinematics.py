@@ -99,6 +99,45 @@ def test_jacobians_match_mujoco():
   assert support.relerr(qfrc, ref) <= TOL
 
 
+
+_TWO_TREES = """
+<mujoco>
+  <worldbody>
+    <body name="base" pos="0 0 0.5"><freejoint/><geom size="0.1"/>
+      <body name="arm" pos="0.2 0 0"><joint type="hinge" axis="0 1 0"/><geom size="0.05"/></body>
+    </body>
+    <body name="fixed" pos="1 0 0"><geom size="0.1"/></body>
+    <body name="other" pos="0 1 0.5"><joint type="slide" axis="1 0 0"/>
+      <joint type="ball"/><geom size="0.1"/></body>
+  </worldbody>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("pairs, shared", [
+    ([(0, 2), (2, 0), (1, 2), (3, 1), (4, 3)], True),  # world, a fixed body or one tree
+    ([(0, 2), (2, 4), (4, 1)], False),                 # two moving trees: two products
+])
+def test_normal_jacobians_match_mujoco(pairs: list[tuple[int, int]], shared: bool):
+  """normal . (jacp(body2) - jacp(body1)) against mj_jac, through one product where the pairs
+  allow it (kinematics.shared_root) and two where they span moving trees."""
+  m = mujoco.MjModel.from_xml_string(_TWO_TREES)
+  fm = from_mujoco(m)
+  rng = np.random.default_rng(3)
+  qpos, qvel = random_state(m, rng)
+  d = mujoco.MjData(m)
+  d.qpos[:], d.qvel[:] = qpos, qvel
+  mujoco.mj_forward(m, d)
+  fd = _stages()(fm, make_data(fm).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel)))
+  body1, body2 = np.array(pairs).T
+  assert (K.shared_root(fm, body1, body2) is not None) == shared
+  points, normals = rng.normal(size=(2, len(pairs), 3))
+  ours = K.normal_jac(fm, fd, jnp.asarray(points), jnp.asarray(normals), body1, body2)
+  for k, (b1, b2) in enumerate(pairs):
+    jac1, jac2 = np.zeros((3, m.nv)), np.zeros((3, m.nv))
+    mujoco.mj_jac(m, d, jac1, None, points[k], b1)
+    mujoco.mj_jac(m, d, jac2, None, points[k], b2)
+    assert support.relerr(ours[k], normals[k] @ (jac2 - jac1)) <= TOL
+
 def test_jit_equals_eager_and_vmap_equals_loop():
   _, fm = _models("ex/arm")
   rng = np.random.default_rng(2)

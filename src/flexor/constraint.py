@@ -183,8 +183,8 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   dir_lin = math.mat_t_vec(frame, coef[:, :3])
   dir_rot = math.mat_t_vec(frame, coef[:, 3:])
   pos = d.contact_pos[slot]
-  jac = _contact_jac(m, d, pos, jnp.asarray(body1)[slot], jnp.asarray(body2)[slot], dir_lin,
-                     dir_rot, active)
+  pick = lambda body: body[slot] if isinstance(body, np.ndarray) else jnp.asarray(body)[slot]
+  jac = _contact_jac(m, d, pos, pick(body1), pick(body2), dir_lin, dir_rot, active)
   normal = ~elliptic | (sub == 0)
   dist = jnp.where(normal, d.contact_dist[slot], 0.0)
   margin = jnp.where(normal, d.contact_includemargin[slot], 0.0)
@@ -267,30 +267,40 @@ def over_active(active: jax.Array, fn: Callable[[jax.Array | slice, jax.Array], 
   return jax.lax.while_loop(lambda state: jnp.any(state[1]), chunk, (out, active))[0]
 
 
-def _contact_jac(m: Model, d: Data, point: jax.Array, body1: jax.Array, body2: jax.Array,
-                 lin: jax.Array, rot: jax.Array, active: jax.Array) -> jax.Array:
+def _contact_jac(m: Model, d: Data, point: jax.Array, body1: np.ndarray | jax.Array,
+                 body2: np.ndarray | jax.Array, lin: jax.Array, rot: jax.Array,
+                 active: jax.Array) -> jax.Array:
   """Jacobians (rows, nv) of contact rows, ``jac_along`` body 2 minus body 1 at the contact
-  points (rows, 3) along lin and rot (rows, 3), zero on rows not ``active`` (rows,).
+  points (rows, 3) along lin and rot (rows, 3), zero on rows not ``active`` (rows,); one
+  product of the two where the bodies allow it (``kinematics.shared_root``).
 
   Built on the active rows only (``over_active``): the (rows, 6) x (6, nv) products of all
   rows were a third of make_constraint's time on the humanoid. Its derivatives are those of
   the all-rows form."""
+  shared = kinematics.shared_root(m, body1, body2)
+  if shared is None:
+    bodies = (jnp.asarray(body1), jnp.asarray(body2))
+  else:
+    bodies = (jnp.asarray(shared[0]), jnp.asarray(shared[1], point.dtype))
 
-  def all_rows(subtree_com, cdof, point, lin, rot, body1, body2, active):
+  def all_rows(subtree_com, cdof, point, lin, rot, first, second, active):
     dm = d.replace(subtree_com=subtree_com, cdof=cdof)
-    jac = (kinematics.jac_along(m, dm, point, body2, lin, rot)
-           - kinematics.jac_along(m, dm, point, body1, lin, rot))
+    if shared is None:
+      jac = (kinematics.jac_along(m, dm, point, second, lin, rot)
+             - kinematics.jac_along(m, dm, point, first, lin, rot))
+    else:
+      jac = kinematics.jac_along(m, dm, point, first, lin, rot, moves=second)
     return jnp.where(active[:, None], jac, 0.0)
 
   @jax.custom_jvp
-  def on_active_rows(subtree_com, cdof, point, lin, rot, body1, body2, active):
+  def on_active_rows(subtree_com, cdof, point, lin, rot, first, second, active):
     def rows_jac(rows: jax.Array | slice, valid: jax.Array) -> jax.Array:
-      return all_rows(subtree_com, cdof, point[rows], lin[rows], rot[rows], body1[rows],
-                      body2[rows], valid)
+      return all_rows(subtree_com, cdof, point[rows], lin[rows], rot[rows], first[rows],
+                      second[rows], valid)
     return over_active(active, rows_jac, jnp.zeros((len(active), m.nv), point.dtype))
 
   on_active_rows.defjvp(lambda primals, tangents: jax.jvp(all_rows, primals, tangents))
-  return on_active_rows(d.subtree_com, d.cdof, point, lin, rot, body1, body2, active)
+  return on_active_rows(d.subtree_com, d.cdof, point, lin, rot, *bodies, active)
 
 
 def eq_anchors(m: Model, d: Data, eq: np.ndarray):

@@ -461,20 +461,46 @@ def _along_dofs_jvp(primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Ar
 
 
 def jac_along(m: Model, d: Data, point: jax.Array, body: np.ndarray | jax.Array,
-              lin: jax.Array, rot: jax.Array | None = None) -> jax.Array:
+              lin: jax.Array, rot: jax.Array | None = None,
+              moves: np.ndarray | jax.Array | None = None) -> jax.Array:
   """Jacobians (n, nv) of lin . (point velocity) + rot . (body angular velocity) for points
   (n, 3) attached to bodies (n,), directions lin and rot (n, 3): lin' jacp + rot' jacr from
-  ``jac``, as one (n, 6) x (6, nv) product, since lin . (w x r) = w . (r x lin)."""
+  ``jac``, as one (n, 6) x (6, nv) product, since lin . (w x r) = w . (r x lin). ``moves``
+  (n, nv) weighs each dof (default: 1 on the dofs that move the body, body_dof)."""
   offset = point - d.subtree_com[jnp.asarray(m.body_rootid)[body]]
   ang = math.cross(offset, lin) if rot is None else math.cross(offset, lin) + rot
-  moves = jnp.asarray(m.body_dof, dtype=d.cdof.dtype)[body]
+  if moves is None:
+    moves = jnp.asarray(m.body_dof, dtype=d.cdof.dtype)[body]
   return _along_dofs(jnp.concatenate([ang, lin], axis=-1), d.cdof) * moves
+
+
+def shared_root(m: Model, body1: np.ndarray | jax.Array, body2: np.ndarray | jax.Array
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+  """(reference body (n,), signed dof weights (n, nv)) with which one ``jac_along`` gives body
+  2's Jacobian minus body 1's, or None.
+
+  Both Jacobians measure the point from the subtree com of their body's tree root, so they
+  share the (n, 6) x (6, nv) product where the two bodies are in one tree, or where one of them
+  has no dofs (its Jacobian is zero): the reference is body 2 unless it has no dofs, and the
+  weights are body_dof[body2] - body_dof[body1]. Known for static bodies only (None for traced
+  ones, or where some pair spans two moving trees); the result is the two products' to the bit.
+  """
+  if not isinstance(body1, np.ndarray) or not isinstance(body2, np.ndarray):
+    return None
+  moves1, moves2 = m.body_dof[body1], m.body_dof[body2]
+  fixed1, fixed2 = ~moves1.any(-1), ~moves2.any(-1)
+  if not np.all((m.body_rootid[body1] == m.body_rootid[body2]) | fixed1 | fixed2):
+    return None
+  return np.where(fixed2, body1, body2), moves2.astype(int) - moves1.astype(int)
 
 
 def normal_jac(m: Model, d: Data, point: jax.Array, normal: jax.Array,
                body1: np.ndarray | jax.Array, body2: np.ndarray | jax.Array) -> jax.Array:
   """Jacobians (n, nv) of the relative velocity along ``normal`` (n, 3) at ``point`` (n, 3) of
   body2 (n,) with respect to body1 (n,): normal . (jacp(body2) - jacp(body1))."""
+  shared = shared_root(m, body1, body2)
+  if shared is not None:
+    return jac_along(m, d, point, shared[0], normal, moves=shared[1].astype(d.cdof.dtype))
   return jac_along(m, d, point, body2, normal) - jac_along(m, d, point, body1, normal)
 
 
