@@ -299,7 +299,10 @@ def _contact_jac(m: Model, d: Data, point: jax.Array, body1: np.ndarray | jax.Ar
                       second[rows], valid)
     return over_active(active, rows_jac, jnp.zeros((len(active), m.nv), point.dtype))
 
-  on_active_rows.defjvp(lambda primals, tangents: jax.jvp(all_rows, primals, tangents))
+  # the value stays the active rows' (the all-rows product would be computed and thrown away):
+  # only the tangent is the all-rows form's
+  on_active_rows.defjvp(lambda primals, tangents: (
+      on_active_rows(*primals), jax.jvp(all_rows, primals, tangents)[1]))
   return on_active_rows(d.subtree_com, d.cdof, point, lin, rot, *bodies, active)
 
 
