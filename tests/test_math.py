@@ -169,3 +169,26 @@ def test_chunked_runs_fn_on_the_active_lanes_with_derivatives_under_vmap():
   loss = lambda f: lambda x: jnp.sum(f(active[0], x)[0] ** 2)
   np.testing.assert_allclose(jax.grad(loss(run))(x[0]), jax.grad(loss(expected))(x[0]),
                              rtol=1e-14)
+
+
+def test_take_is_the_gather_with_slices_where_the_indices_are_blocks():
+  """math.take equals x[idx] for random static indices, and where they are a few blocks of
+  evenly spaced, equally repeated indices (constraint rows' slots) neither it nor its reverse
+  mode gathers or scatters; take_columns equals x[i, col[i]]."""
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(40, 3)))
+  cases = [np.arange(40), np.repeat(np.arange(3, 9), 4), np.r_[np.arange(5), np.repeat([7, 8], 2)],
+           np.repeat(np.arange(2, 30, 4), 4), np.array([5])]
+  cases += [rng.integers(0, 40, size=rng.integers(1, 12)) for _ in range(100)]
+  cases += [np.sort(rng.integers(0, 10, size=rng.integers(1, 20))) for _ in range(100)]
+  for idx in cases:
+    np.testing.assert_array_equal(math.take(x, idx), x[idx])
+  blocks = cases[1]
+  batched = jax.vmap(jax.grad(lambda x: jnp.sum(jnp.sin(math.take(x, blocks)))))
+  used = primitives(jax.make_jaxpr(batched)(jnp.stack([x, x])).jaxpr)
+  assert not {"gather", "scatter-add", "scatter_add"} & set(used), used
+  np.testing.assert_allclose(batched(x[None])[0],
+                             jax.grad(lambda x: jnp.sum(jnp.sin(x[blocks])))(x), rtol=1e-14)
+  for col in (np.array([0, 2, 1, 2]), np.array([2, 2, 2, 2]), rng.integers(0, 3, size=40)):
+    rows = x[:len(col)]
+    np.testing.assert_array_equal(math.take_columns(rows, col), rows[np.arange(len(col)), col])

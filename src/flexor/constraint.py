@@ -164,13 +164,14 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   elliptic = kind == ConstraintType.CONTACT_ELLIPTIC
   edge = np.where(pyramid, sub // 2, 0)
   sign = np.where(pyramid, np.where(sub % 2 == 0, 1.0, -1.0), 0.0).astype(d.qpos.dtype)
-  friction = d.contact_friction[slot, edge]
-  active = d.contact_exist[slot] & (d.contact_dist[slot] < d.contact_includemargin[slot])
+  at = lambda x: math.take(x, slot)  # each row's contact: slices, no gather
+  friction = math.take_columns(at(d.contact_friction), edge)
+  active = at(d.contact_exist) & (at(d.contact_dist) < at(d.contact_includemargin))
   if m.flg_adhesion:
     # an adhesive contact in the gap has one frictionless row, the first of its block
     single = single_rows(m, d, rows)
     friction = jnp.where(single, 0.0, friction)
-    active = ((d.contact_exist[slot] & (d.contact_adhesion[slot] != 0)) | active) & (
+    active = ((at(d.contact_exist) & (at(d.contact_adhesion) != 0)) | active) & (
         ~single | (sub == 0))
   # each row's direction in the contact frame's six components (translational x, y, z, then
   # rotational): an elliptic row's own component, a pyramid edge the normal +- mu_k times
@@ -179,15 +180,15 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   second = edge + 1
   coef = (np.arange(6) == first[:, None]) + (sign * friction)[:, None] * (
       np.arange(6) == second[:, None])                                  # (rows, 6)
-  frame = d.contact_frame[slot]                                          # (rows, 3, 3)
+  frame = at(d.contact_frame)                                            # (rows, 3, 3)
   dir_lin = math.mat_t_vec(frame, coef[:, :3])
   dir_rot = math.mat_t_vec(frame, coef[:, 3:])
-  pos = d.contact_pos[slot]
+  pos = at(d.contact_pos)
   pick = lambda body: body[slot] if isinstance(body, np.ndarray) else jnp.asarray(body)[slot]
   jac = _contact_jac(m, d, pos, pick(body1), pick(body2), dir_lin, dir_rot, active)
   normal = ~elliptic | (sub == 0)
-  dist = jnp.where(normal, d.contact_dist[slot], 0.0)
-  margin = jnp.where(normal, d.contact_includemargin[slot], 0.0)
+  dist = jnp.where(normal, at(d.contact_dist), 0.0)
+  margin = jnp.where(normal, at(d.contact_includemargin), 0.0)
   # MuJoCo's diagApprox: mean inverse weights of the two bodies; pyramid edges add mu^2 times
   # the translational (tangent) or rotational (torsion, rolling) weight
   tran = m.body_invweight0[body1[slot], 0] + m.body_invweight0[body2[slot], 0]
@@ -195,7 +196,7 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   diag = jnp.where(pyramid, tran + friction**2 * jnp.where(edge < 2, tran, rot),
                    jnp.where(elliptic & (sub >= 3), rot, tran))
   zero = jnp.zeros(len(rows), dtype=dist.dtype)
-  return (jac, dist, margin, zero, active, d.contact_solref[slot], d.contact_solimp[slot], diag)
+  return (jac, dist, margin, zero, active, at(d.contact_solref), at(d.contact_solimp), diag)
 
 
 def dof_trees(m: Model) -> tuple[np.ndarray, int]:
@@ -571,8 +572,8 @@ def _impedance_rows(m: Model, d: Data, pos: jax.Array, margin: jax.Array, diag: 
   # pyramid's rows share one R matching the elliptic cone's friction impedance
   pyramid = np.flatnonzero(kind == ConstraintType.CONTACT_PYRAMIDAL)
   if len(pyramid):
-    mu0 = d.contact_friction[slot[pyramid], 0]
-    edges = 2 * mu0 * mu0 * R[first[pyramid]] / impratio
+    mu0 = math.take(d.contact_friction[:, 0], slot[pyramid])
+    edges = 2 * mu0 * mu0 * math.take(R, first[pyramid]) / impratio
     if m.flg_adhesion:
       edges = jnp.where(single_rows(m, d, pyramid), R[pyramid], edges)
     R = R.at[pyramid].set(edges)

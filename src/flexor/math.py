@@ -282,6 +282,69 @@ def inert_com(inertia: jax.Array, rot: jax.Array, offset: jax.Array, mass: jax.A
       m * d, m], axis=-1)
 
 
+# Most blocks ``take`` assembles before it falls back to a gather.
+_TAKE_BLOCKS = 8
+
+
+def _blocks(idx: np.ndarray) -> list[tuple[int, int, int, int]]:
+  """idx (n,) as blocks (first, count, step, repeat): the indices first, first + step, ...,
+  first + (count - 1) step, each repeated ``repeat`` times."""
+  blocks, i, n = [], 0, len(idx)
+  while i < n:
+    first = int(idx[i])
+    repeat = 1
+    while i + repeat < n and idx[i + repeat] == first:
+      repeat += 1
+    step = int(idx[i + repeat]) - first if i + repeat < n else 1
+    step = step if step > 0 else 1
+    count = 1
+    while True:
+      start, end = i + count * repeat, i + (count + 1) * repeat
+      value = first + count * step
+      if (end > n or np.any(idx[start:end] != value)
+          or (end < n and idx[end] == value)):
+        break
+      count += 1
+    blocks.append((first, count, step, repeat))
+    i += count * repeat
+  return blocks
+
+
+def take(x: jax.Array, idx: np.ndarray) -> jax.Array:
+  """``x[idx]`` (n, ...) for a static index array idx (n,) into x's leading axis.
+
+  Where idx is a few blocks of evenly spaced indices, each repeated alike (a constraint row's
+  contact slot: slots of one condim in order, each repeated once per row; a row's first row),
+  the result is strided slices of x, repeated by stacking. XLA keeps a gather of constant
+  indices, and reverse mode turns it into a scatter-add, which its CPU backend runs as a loop
+  (with transposing copies around it under vmap); a slice transposes into a pad and the
+  repeats into sums, which fuse."""
+  idx = np.asarray(idx)
+  blocks = _blocks(idx) if idx.ndim == 1 else []
+  if not blocks or len(blocks) > _TAKE_BLOCKS:
+    return x[idx]
+  pieces = []
+  for first, count, step, repeat in blocks:
+    piece = x[first:first + (count - 1) * step + 1:step]
+    if repeat > 1:
+      # a broadcast, not a stack of copies: XLA fuses the copies' producer into a concatenation
+      # that recomputes it for each copy (the contact cheetah's frames: 912 us a step, not 94)
+      piece = jnp.broadcast_to(piece[:, None], (count, repeat) + x.shape[1:]).reshape(
+          (count * repeat,) + x.shape[1:])
+    pieces.append(piece)
+  return pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces)
+
+
+def take_columns(x: jax.Array, col: np.ndarray) -> jax.Array:
+  """``x[i, col[i]]`` (n, ...) for x (n, k, ...) and a static column index col (n,), as
+  selections: no gather (see ``take``)."""
+  values = np.unique(col)
+  out = x[:, int(values[0])]
+  for k in values[1:]:
+    out = jnp.where((col == k).reshape((-1,) + (1,) * (out.ndim - 1)), x[:, int(k)], out)
+  return out
+
+
 def known_cond(pred: Callable[..., Any], values: tuple[Any, ...], true_fn: Callable[[], _T],
                false_fn: Callable[[], _T]) -> _T:
   """``lax.cond(pred(*values), true_fn, false_fn)``, decided while tracing where ``values``
