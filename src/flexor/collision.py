@@ -349,7 +349,8 @@ def _to_slots(n: int, found: list[collision_primitive.Contacts],
               slots: list[np.ndarray | jax.Array], dtype: Any) -> collision_primitive.Contacts:
   """The narrow phase's contacts (dist, pos, frame, exist), group by group, in the n slots
   ``slots`` (one per contact, n: none) name; a slot no group writes holds no contact. Static
-  slots are one gather: XLA CPU runs a scatter as a loop, one per group and field."""
+  slots are one gather (``math.take``: none where the groups' contacts are in slot order): XLA
+  CPU runs a scatter as a loop, one per group and field."""
   empty = (jnp.zeros(n, dtype), jnp.zeros((n, 3), dtype), jnp.zeros((n, 3, 3), dtype),
            jnp.zeros(n, bool))
   fixed = [i for i, slot in enumerate(slots) if isinstance(slot, np.ndarray)]
@@ -358,8 +359,8 @@ def _to_slots(n: int, found: list[collision_primitive.Contacts],
     flat = np.concatenate([slots[i] for i in fixed])
     src = np.full(n + 1, len(flat))
     src[flat] = np.arange(len(flat))
-    out = tuple(jnp.concatenate([*(found[i][f] for i in fixed), empty[f][:1]])[src[:n]]
-                for f in range(4))
+    out = tuple(math.take(jnp.concatenate([*(found[i][f] for i in fixed), empty[f][:1]]),
+                          src[:n]) for f in range(4))
   for i, slot in enumerate(slots):
     if i not in fixed:
       out = tuple(field.at[slot].set(value, mode="drop") for field, value in zip(out, found[i]))
