@@ -74,14 +74,21 @@ def test_conforms(name: str, field: str):
   assert _compare(name)[field] <= TOL
 
 
-def test_jacobians_match_mujoco():
-  m, fm = _models("dmc/humanoid")
-  rng = np.random.default_rng(1)
+def _random_frames(m: mujoco.MjModel, fm: flexor.Model, rng: np.random.Generator
+                   ) -> tuple[mujoco.MjData, flexor.Data]:
+  """(MjData after mj_forward, flexor Data after com_vel) at one random state of both."""
   qpos, qvel = random_state(m, rng)
   d = mujoco.MjData(m)
   d.qpos[:], d.qvel[:] = qpos, qvel
   mujoco.mj_forward(m, d)
   fd = _stages()(fm, make_data(fm).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel)))
+  return d, fd
+
+
+def test_jacobians_match_mujoco():
+  m, fm = _models("dmc/humanoid")
+  rng = np.random.default_rng(1)
+  d, fd = _random_frames(m, fm, rng)
   bodies = np.arange(1, m.nbody)
   points = jnp.asarray(d.xipos[bodies] + 0.1)
   jacp, jacr = jax.jit(K.jac)(fm, fd, points, bodies)
@@ -97,7 +104,6 @@ def test_jacobians_match_mujoco():
   for b in bodies:
     mujoco.mj_applyFT(m, d, force[b], torque[b], d.xipos[b], b, ref)
   assert support.relerr(qfrc, ref) <= TOL
-
 
 
 _TWO_TREES = """
@@ -123,11 +129,7 @@ def test_normal_jacobians_match_mujoco(pairs: list[tuple[int, int]], shared: boo
   m = mujoco.MjModel.from_xml_string(_TWO_TREES)
   fm = from_mujoco(m)
   rng = np.random.default_rng(3)
-  qpos, qvel = random_state(m, rng)
-  d = mujoco.MjData(m)
-  d.qpos[:], d.qvel[:] = qpos, qvel
-  mujoco.mj_forward(m, d)
-  fd = _stages()(fm, make_data(fm).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel)))
+  d, fd = _random_frames(m, fm, rng)
   body1, body2 = np.array(pairs).T
   assert (K.shared_root(fm, body1, body2) is not None) == shared
   points, normals = rng.normal(size=(2, len(pairs), 3))
@@ -137,6 +139,7 @@ def test_normal_jacobians_match_mujoco(pairs: list[tuple[int, int]], shared: boo
     mujoco.mj_jac(m, d, jac1, None, points[k], b1)
     mujoco.mj_jac(m, d, jac2, None, points[k], b2)
     assert support.relerr(ours[k], normals[k] @ (jac2 - jac1)) <= TOL
+
 
 def test_jit_equals_eager_and_vmap_equals_loop():
   _, fm = _models("ex/arm")

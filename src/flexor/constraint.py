@@ -184,8 +184,7 @@ def _contact_rows(m: Model, d: Data, rows: np.ndarray):
   dir_lin = math.mat_t_vec(frame, coef[:, :3])
   dir_rot = math.mat_t_vec(frame, coef[:, 3:])
   pos = at(d.contact_pos)
-  pick = lambda body: body[slot] if isinstance(body, np.ndarray) else jnp.asarray(body)[slot]
-  jac = _contact_jac(m, d, pos, pick(body1), pick(body2), dir_lin, dir_rot, active)
+  jac = _contact_jac(m, d, pos, body1[slot], body2[slot], dir_lin, dir_rot, active)
   normal = ~elliptic | (sub == 0)
   dist = jnp.where(normal, at(d.contact_dist), 0.0)
   margin = jnp.where(normal, at(d.contact_includemargin), 0.0)
@@ -631,7 +630,7 @@ def _rows(m: Model, d: Data) -> list[jax.Array]:
     if not len(rows) or not m.nv:  # MuJoCo makes no rows without dofs, contacts included
       continue
     contact = kinds[0] == ConstraintType.CONTACT_FRICTIONLESS
-    solreffriction = d.contact_solreffriction[m.efc_rowid[rows]] if contact else 0.0
+    solreffriction = math.take(d.contact_solreffriction, m.efc_rowid[rows]) if contact else 0.0
     for part, shape, dtype, value in zip(parts, shapes, dtypes,
                                          build(m, d, rows) + (solreffriction,)):
       part.append(jnp.broadcast_to(jnp.asarray(value, dtype), (len(rows),) + shape))
@@ -639,11 +638,10 @@ def _rows(m: Model, d: Data) -> list[jax.Array]:
   order = np.concatenate(built + [np.zeros(0, int)])
   place = np.full(m.njmax, len(order))
   place[order] = np.arange(len(order))
-  in_order = np.array_equal(place, np.arange(m.njmax))
   out = []
   for part, shape, dtype, default in zip(parts, shapes, dtypes, defaults):
     column = jnp.concatenate(part + [jnp.broadcast_to(jnp.asarray(default, dtype), (1,) + shape)])
-    out.append(column[:m.njmax] if in_order else column[place])
+    out.append(math.take(column, place))
   return out
 
 

@@ -315,7 +315,7 @@ def take(x: jax.Array, idx: np.ndarray) -> jax.Array:
 
   Where idx is a few blocks of evenly spaced indices, each repeated alike (a constraint row's
   contact slot: slots of one condim in order, each repeated once per row; a row's first row),
-  the result is strided slices of x, repeated by stacking. XLA keeps a gather of constant
+  the result is strided slices of x, repeated by broadcasting. XLA keeps a gather of constant
   indices, and reverse mode turns it into a scatter-add, which its CPU backend runs as a loop
   (with transposing copies around it under vmap); a slice transposes into a pad and the
   repeats into sums, which fuse."""
