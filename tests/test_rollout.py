@@ -225,11 +225,25 @@ _SHARDED = textwrap.dedent("""
     d = flexor.make_data(m, batch_shape=(8,))
     d = d.replace(qvel=jax.random.normal(jax.random.key(0), d.qvel.shape))
     ctrl = jnp.sin(jnp.arange(8 * 30 * m.nu).reshape(8, 30, m.nu))
+    mesh = flexor.batch_mesh()
+    d_sharded, ctrl_sharded = flexor.shard_batch((d, ctrl))
     run = jax.jit(flexor.batch_rollout)
     want, _ = run(m, d, ctrl)
-    got, _ = run(m, *flexor.shard_batch((d, ctrl)))
-    assert len(got.qpos.sharding.device_set) == 4, got.qpos.sharding
-    np.testing.assert_allclose(np.asarray(got.qpos), np.asarray(want.qpos), rtol=1e-12, atol=1e-12)
+    for kwargs in ({}, {"mesh": mesh}):
+      got, _ = jax.jit(flexor.batch_rollout, static_argnames="mesh")(
+          m, d_sharded, ctrl_sharded, **kwargs)
+      assert len(got.qpos.sharding.device_set) == 4, got.qpos.sharding
+      np.testing.assert_allclose(np.asarray(got.qpos), np.asarray(want.qpos), rtol=1e-12,
+                                 atol=1e-12)
+
+    # with the mesh, each device stops its loops on its own worlds: no collective per iteration
+    final_qpos = lambda ctrl, mesh: flexor.batch_rollout(m, d_sharded, ctrl, mesh=mesh)[0].qpos
+    hlo = jax.jit(final_qpos, static_argnums=1).lower(ctrl_sharded, mesh).compile().as_text()
+    assert "all-reduce" not in hlo and "all-gather" not in hlo
+    grad = jax.jit(jax.grad(lambda ctrl, mesh: jnp.sum(final_qpos(ctrl, mesh) ** 2)),
+                   static_argnums=1)
+    np.testing.assert_allclose(np.asarray(grad(ctrl_sharded, mesh)),
+                               np.asarray(grad(ctrl, None)), rtol=1e-10, atol=1e-12)
     try:
       flexor.shard_batch(d.qpos[:6])
     except ValueError as e:
@@ -355,8 +369,8 @@ _MULTIPROCESS = textwrap.dedent("""
     d = flexor.make_data(m, batch_shape=(8,))
     d = d.replace(qvel=jax.random.normal(jax.random.key(0), d.qvel.shape))
     mine = jax.tree_util.tree_map(lambda x: x[4 * process:4 * process + 4], d)
-    final, _ = jax.jit(flexor.batch_rollout, static_argnames="nstep")(
-        m, flexor.shard_batch(mine), nstep=30)
+    final, _ = jax.jit(flexor.batch_rollout, static_argnames=("nstep", "mesh"))(
+        m, flexor.shard_batch(mine), nstep=30, mesh=flexor.batch_mesh())
     assert final.qpos.shape == (8, m.nq) and len(final.qpos.sharding.device_set) == 4
     np.save(sys.argv[3], multihost_utils.process_allgather(final.qpos, tiled=True))
 """)

@@ -1,5 +1,5 @@
-"""Rollouts: ``rollout`` scans ``step`` over time; ``batch_rollout``, ``model_axes`` and
-``shard_batch`` batch it over environments, Model parameters and devices.
+"""Rollouts: ``rollout`` scans ``step`` over time; ``batch_rollout``, ``model_axes``,
+``batch_mesh`` and ``shard_batch`` batch it over environments, Model parameters and devices.
 
 A rollout is one ``lax.scan``, so it compiles one step whatever the horizon, and it is reverse
 differentiable with respect to the initial Data, the controls, a policy's parameters and the
@@ -162,10 +162,18 @@ def batch_rollout(m: Model, d: Data, control: jax.Array | Policy | None = None,
                   params: Any = None, nstep: int | None = None, *,
                   fields: Sequence[str] = TRAJ_FIELDS, observe: Observe = observation,
                   checkpoint_every: int | None = None,
-                  batched_params: Sequence[str] = ()) -> tuple[Data, dict[str, jax.Array]]:
+                  batched_params: Sequence[str] = (),
+                  mesh: Mesh | None = None) -> tuple[Data, dict[str, jax.Array]]:
   """``rollout`` over a batch: ``jax.vmap`` over the leading axis of every Data field, of a
   control sequence (B, T, nu) if given, and of the Model fields named in ``batched_params``
   (domain randomisation). A policy and its parameters are shared by the whole batch.
+
+  With a ``mesh`` (``batch_mesh()``; static under jit), each device runs its share of the batch
+  (``shard_batch``) on its own, a ``jax.shard_map`` of the vmap. Without it, XLA's sharding of
+  the vmap would keep the devices in lockstep: a batch's loops (the solver's iterations, the
+  collision searches) run until every world stops, and that test becomes an all-reduce over
+  the devices at each iteration. With it, a device's loops stop with its own worlds, and the
+  devices run concurrently.
 
   Returns:
     (final, traj) with a leading batch axis (B, ...); traj fields are (B, nstep, ...).
@@ -181,14 +189,34 @@ def batch_rollout(m: Model, d: Data, control: jax.Array | Policy | None = None,
                    observe=observe, checkpoint_every=checkpoint_every)
 
   in_axes = (model_axes(m, batched_params), 0, None if ctrl_seq is None else 0)
-  return jax.vmap(run, in_axes=in_axes)(m, d, ctrl_seq)
+  batched = jax.vmap(run, in_axes=in_axes)
+  if mesh is None:
+    return batched(m, d, ctrl_seq)
+  spec = lambda axis: PartitionSpec() if axis is None else PartitionSpec(mesh.axis_names)
+  specs = jax.tree_util.tree_map(spec, in_axes, is_leaf=lambda axis: axis is None)
+  # check_vma=False: the step's loops start from constants and carry per-world values, which
+  # shard_map's replication typing would require to be cast by hand
+  return jax.shard_map(batched, mesh=mesh, in_specs=specs, out_specs=PartitionSpec(mesh.axis_names),
+                       check_vma=False)(m, d, ctrl_seq)
+
+
+def batch_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """The one-axis mesh ``batch`` over ``devices`` (default: the local devices, or every
+  process's devices after ``jax.distributed.initialize()``) that ``shard_batch`` splits a batch
+  over and ``batch_rollout(..., mesh=)`` runs it on."""
+  multiprocess = jax.process_count() > 1
+  if multiprocess and devices is not None:
+    raise ValueError("with several processes the batch is split over all of jax.devices(); "
+                     "do not pass devices")
+  return Mesh(np.array(list(jax.devices() if multiprocess else devices or jax.local_devices())),
+              ("batch",))
 
 
 def shard_batch(tree: Any, devices: Sequence[jax.Device] | None = None) -> Any:
   """Places every array of ``tree`` with its leading (batch) axis split over devices.
 
-  A jitted ``batch_rollout`` of sharded Data (and controls) then runs each device's share of the
-  batch on that device, with no communication: XLA propagates the sharding through the vmap.
+  A jitted ``batch_rollout`` of sharded Data (and controls) with ``mesh=batch_mesh(devices)``
+  then runs each device's share of the batch on that device, with no communication.
 
   On one process the tree is the whole batch, split over ``devices`` (default: the local ones).
   After ``jax.distributed.initialize()`` with several processes, each process passes its own
@@ -202,13 +230,10 @@ def shard_batch(tree: Any, devices: Sequence[jax.Device] | None = None) -> Any:
   Returns:
     the same tree, each array committed to a ``NamedSharding`` over a one-axis mesh ``batch``.
   """
+  mesh = batch_mesh(devices)
+  sharding = NamedSharding(mesh, PartitionSpec("batch"))
   multiprocess = jax.process_count() > 1
-  if multiprocess and devices is not None:
-    raise ValueError("with several processes the batch is split over all of jax.devices(); "
-                     "do not pass devices")
-  devices = list(jax.devices() if multiprocess else devices or jax.local_devices())
-  sharding = NamedSharding(Mesh(np.array(devices), ("batch",)), PartitionSpec("batch"))
-  local = jax.local_device_count() if multiprocess else len(devices)
+  local = jax.local_device_count() if multiprocess else mesh.size
 
   def put(x: jax.Array) -> jax.Array:
     if np.ndim(x) == 0 or np.shape(x)[0] % local:
