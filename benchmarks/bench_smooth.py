@@ -12,7 +12,9 @@ flexor's Model is taken from the compiled MjModel (``flexor.mjcf.from_mujoco``),
 three engines step identical parameters whatever flexor's own compiler supports. Reported: jit
 compile time (lowering plus XLA compilation of the single-environment scan), single-environment
 time per step, and batched throughput in environment-steps per second. Ratios are speed ratios:
-above 1 means flexor is faster.
+above 1 means flexor is faster. ``--host-devices n`` splits the CPU into n JAX devices and runs
+both JAX engines' batches as one shard per device (``jax.shard_map``), as MuJoCo C's rollout runs
+one thread per core.
 
 Run from the repository root, e.g. ``python benchmarks/bench_smooth.py --quick``.
 """
@@ -54,6 +56,11 @@ def parse_args(argv: list[str] | None, doc: str | None = None, models: tuple[str
   parser.add_argument("--no-single", action="store_true",
                       help="skip the single-environment scan (compile time is then the first "
                            "batch's; for GPUs, where only batches matter)")
+  parser.add_argument("--host-devices", type=int, default=1,
+                      help="split the CPU into this many JAX devices and run each engine's batch "
+                           "as one shard per device (jax.shard_map), as MuJoCo C's rollout runs "
+                           "one thread per core (1); with jaxlib 0.10.2 it can deadlock where "
+                           "devices run batched LAPACK factorisations at once (the humanoid)")
   parser.add_argument("--no-c-loop", action="store_true",
                       help="skip MuJoCo C's one-thread Python loop (slow at large batches); "
                            "its threaded rollout still runs")
@@ -70,7 +77,11 @@ def parse_args(argv: list[str] | None, doc: str | None = None, models: tuple[str
 
 
 def start(args: argparse.Namespace, setting: str) -> list[int]:
-  """Configures JAX for ``args.dtype``, prints the run's header and returns the batch sizes."""
+  """Configures JAX for ``args.dtype`` and ``args.host_devices``, prints the run's header and
+  returns the batch sizes."""
+  if args.host_devices > 1:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_"
+                               f"device_count={args.host_devices}").strip()
   import jax  # pylint: disable=import-outside-toplevel
   import mujoco  # pylint: disable=import-outside-toplevel
   if args.dtype == "float64":
@@ -143,7 +154,8 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
   for b in batches:
     db = batch_data(b)
     t0 = time.perf_counter()
-    batched = jax.jit(jax.vmap(run, in_axes=(None, 0))).lower(m, db).compile()
+    db = _shard(db)
+    batched = jax.jit(_sharded(jax.vmap(run, in_axes=(None, 0)), m)).lower(m, db).compile()
     if result["compile"] is None:
       result["compile"] = time.perf_counter() - t0
       print(f"    B={b} compiled in {result['compile']:.1f} s", flush=True)
@@ -152,6 +164,35 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
     result[b] = b * steps / best(lambda: jax.block_until_ready(batched(m, db)), repeat)
     print(f"    B={b}: {result[b]:,.0f} env-steps/s", flush=True)
   return result
+
+
+def _mesh() -> Any:
+  """A one-axis mesh ``batch`` over JAX's devices, or None where there is one device."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax.sharding import Mesh  # pylint: disable=import-outside-toplevel
+  return Mesh(np.array(jax.devices()), ("batch",)) if jax.device_count() > 1 else None
+
+
+def _shard(tree: Any) -> Any:
+  """``tree`` with its leading (batch) axis split over the devices of ``_mesh()``."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
+  mesh = _mesh()
+  return tree if mesh is None else jax.device_put(tree, NamedSharding(mesh, PartitionSpec("batch")))
+
+
+def _sharded(batched: Callable[[Any, Any], Any], m: Any) -> Callable[[Any, Any], Any]:
+  """``batched(m, d)`` run as one shard of d per device (each device's loops stop with its own
+  worlds, as ``flexor.batch_rollout(..., mesh=)``), the Model ``m`` closed over (a constant of
+  the program; the Model argument is ignored); ``batched`` itself where there is one device."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax.sharding import PartitionSpec  # pylint: disable=import-outside-toplevel
+  mesh = _mesh()
+  if mesh is None:
+    return batched
+  spec = PartitionSpec("batch")
+  return lambda _, d: jax.shard_map(lambda d: batched(m, d), mesh=mesh, in_specs=spec,
+                                    out_specs=spec, check_vma=False)(d)
 
 
 def run_flexor(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, batches: list[int],
