@@ -173,7 +173,8 @@ def batch_rollout(m: Model, d: Data, control: jax.Array | Policy | None = None,
   the vmap would keep the devices in lockstep: a batch's loops (the solver's iterations, the
   collision searches) run until every world stops, and that test becomes an all-reduce over
   the devices at each iteration. With it, a device's loops stop with its own worlds, and the
-  devices run concurrently.
+  devices run concurrently. Host CPU devices share one thread pool, on which jaxlib 0.10.2's
+  batched LAPACK factorisations of two devices at once can deadlock (benchmarks/README.md).
 
   Returns:
     (final, traj) with a leading batch axis (B, ...); traj fields are (B, nstep, ...).
