@@ -153,9 +153,11 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
     result["step"] = best(lambda: jax.block_until_ready(one(m, d1)), repeat) / steps
   for b in batches:
     db = batch_data(b)
+    batched_run = jax.vmap(run, in_axes=(None, 0))
+    if jax.device_count() > 1:
+      db, batched_run = _per_device(db, batched_run, m)
     t0 = time.perf_counter()
-    db = _shard(db)
-    batched = jax.jit(_sharded(jax.vmap(run, in_axes=(None, 0)), m)).lower(m, db).compile()
+    batched = jax.jit(batched_run).lower(m, db).compile()
     if result["compile"] is None:
       result["compile"] = time.perf_counter() - t0
       print(f"    B={b} compiled in {result['compile']:.1f} s", flush=True)
@@ -166,33 +168,19 @@ def _jax_engine(step: Callable[[Any, Any], Any], m: Any, d1: Any, batch_data: Ca
   return result
 
 
-def _mesh() -> Any:
-  """A one-axis mesh ``batch`` over JAX's devices, or None where there is one device."""
+def _per_device(d: Any, batched: Callable[[Any, Any], Any], m: Any
+                ) -> tuple[Any, Callable[[Any, Any], Any]]:
+  """The batch d split over JAX's devices (``flexor.shard_batch``) and ``batched(m, d)`` run as
+  one shard per device, each device's loops stopping with its own worlds, as
+  ``flexor.batch_rollout(..., mesh=)`` runs; the Model ``m`` is closed over (a constant of the
+  program), and the returned function ignores its Model argument."""
   import jax  # pylint: disable=import-outside-toplevel
-  from jax.sharding import Mesh  # pylint: disable=import-outside-toplevel
-  return Mesh(np.array(jax.devices()), ("batch",)) if jax.device_count() > 1 else None
-
-
-def _shard(tree: Any) -> Any:
-  """``tree`` with its leading (batch) axis split over the devices of ``_mesh()``."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
-  mesh = _mesh()
-  return tree if mesh is None else jax.device_put(tree, NamedSharding(mesh, PartitionSpec("batch")))
-
-
-def _sharded(batched: Callable[[Any, Any], Any], m: Any) -> Callable[[Any, Any], Any]:
-  """``batched(m, d)`` run as one shard of d per device (each device's loops stop with its own
-  worlds, as ``flexor.batch_rollout(..., mesh=)``), the Model ``m`` closed over (a constant of
-  the program; the Model argument is ignored); ``batched`` itself where there is one device."""
-  import jax  # pylint: disable=import-outside-toplevel
+  import flexor  # pylint: disable=import-outside-toplevel
   from jax.sharding import PartitionSpec  # pylint: disable=import-outside-toplevel
-  mesh = _mesh()
-  if mesh is None:
-    return batched
   spec = PartitionSpec("batch")
-  return lambda _, d: jax.shard_map(lambda d: batched(m, d), mesh=mesh, in_specs=spec,
-                                    out_specs=spec, check_vma=False)(d)
+  per_device = jax.shard_map(lambda d: batched(m, d), mesh=flexor.batch_mesh(), in_specs=spec,
+                             out_specs=spec, check_vma=False)
+  return flexor.shard_batch(d), lambda _, d: per_device(d)
 
 
 def run_flexor(mj: Any, init: dict[str, np.ndarray], dtype: str, steps: int, batches: list[int],
