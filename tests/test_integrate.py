@@ -325,7 +325,9 @@ def test_euler_without_dampers_solves_nothing_for_a_known_model():
   """Euler's implicit damping: a Model known while tracing to have no damper compiles no
   Cholesky; passed in, the solve sits in a cond that skips it at run time. Same state either
   way; a damped copy compiles the solve and moves differently."""
+  # three dofs: above math._UNROLLED, so that the factorisations are LAPACK's, and counted
   m = load_mjcf_string("""<mujoco><worldbody><body><joint type="hinge" axis="0 1 0"/>
+    <joint type="hinge" axis="1 0 0"/><joint type="hinge" axis="0 0 1"/>
     <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.05"/></body></worldbody></mujoco>""")
   d = make_data(m).replace(qvel=make_data(m).qvel + 1.0)
   choleskys = lambda f, *args: support.primitives(jax.make_jaxpr(f)(*args).jaxpr)["cholesky"]
@@ -346,7 +348,9 @@ def test_euler_damped_backward_pass_factors_nothing_again():
   """With implicit damping Euler's step does not use forward's qacc: for a Model known while
   tracing, the step's gradient factors neither qM (whose solve it does not differentiate) nor
   Euler's matrix again (the step's rematerialisation keeps the factor, ``crb.FACTOR``)."""
+  # three dofs: above math._UNROLLED, so that the factorisations are LAPACK's, and counted
   m = load_mjcf_string("""<mujoco><worldbody><body><joint type="hinge" axis="0 1 0" damping=".1"/>
+    <joint type="hinge" axis="1 0 0" damping=".1"/><joint type="hinge" axis="0 0 1" damping=".1"/>
     <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.05"/></body></worldbody></mujoco>""")
   d = make_data(m).replace(qvel=make_data(m).qvel + 1.0)
 

@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+import pytest
+from jax.test_util import check_grads
 
 from flexor import math
 from support import cond_count, primitives
@@ -97,6 +99,29 @@ def test_rows_dot_and_its_derivatives_are_the_plain_product_under_vmap():
   tangents = (jnp.asarray(rng.standard_normal(a.shape)), jnp.asarray(rng.standard_normal(b.shape)))
   np.testing.assert_allclose(jax.jvp(rows_dot, (a, b), tangents)[1],
                              jax.jvp(plain, (a, b), tangents)[1], rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5])
+def test_cholesky_and_cho_solve_are_lapacks_under_jit_vmap_and_grad(n):
+  rng = np.random.default_rng(4 + n)
+  x = rng.standard_normal((6, n, n))
+  a = jnp.asarray(x @ x.transpose(0, 2, 1) + n * np.eye(n))
+  b, bs = jnp.asarray(rng.standard_normal((6, n))), jnp.asarray(rng.standard_normal((6, n, 3)))
+  factor = jax.jit(jax.vmap(math.cholesky))(a)
+  np.testing.assert_allclose(factor, np.linalg.cholesky(np.asarray(a)), rtol=1e-13, atol=1e-14)
+  solve = jax.jit(jax.vmap(math.cho_solve))
+  np.testing.assert_allclose(solve(factor, bs), np.linalg.solve(a, bs), rtol=1e-12, atol=1e-13)
+  np.testing.assert_allclose(solve(factor, b), np.linalg.solve(a, b[..., None])[..., 0],
+                             rtol=1e-12, atol=1e-13)
+  if n:
+    # a solve's derivatives w.r.t. the right-hand side and the factor, against finite differences
+    loss = lambda f, r: jnp.sum(jnp.sin(jax.vmap(math.cho_solve)(f, r)))
+    check_grads(loss, (factor, b), order=1, modes=("fwd", "rev"), eps=1e-6)
+  # up to math._UNROLLED the factor and its solves are arithmetic on the entries, not LAPACK
+  unrolled = n <= math._UNROLLED
+  jaxpr = jax.make_jaxpr(lambda a, r: math.cho_solve(math.cholesky(a), r))(a[0], b[0]).jaxpr
+  count = primitives(jaxpr)
+  assert (count["cholesky"] == 0 and count["triangular_solve"] == 0) == (unrolled or not n)
 
 
 def test_known_cond_traces_only_the_branch_taken_where_the_values_are_known():

@@ -223,12 +223,12 @@ def _cholesky(a: jax.Array) -> jax.Array:
   Reads a's lower triangle only: every matrix factored here is symmetric by construction, and
   jnp's default averaging of a and a' (a transposing copy of a batch of matrices) cost as much
   as the factorisation itself on a CPU."""
-  return checkpoint_name(jnp.linalg.cholesky(a, symmetrize_input=False), FACTOR)
+  return checkpoint_name(math.cholesky(a), FACTOR)
 
 
 @jax.custom_jvp
 def _factored_solve(a: jax.Array, factor: jax.Array, b: jax.Array) -> jax.Array:
-  return jax.scipy.linalg.cho_solve((factor, True), b)
+  return math.cho_solve(factor, b)
 
 
 @_factored_solve.defjvp
@@ -236,4 +236,4 @@ def _factored_solve_jvp(primals: tuple, tangents: tuple):
   a, factor, b = primals
   da, _, db = tangents
   x = _factored_solve(a, factor, b)
-  return x, jax.scipy.linalg.cho_solve((factor, True), db - da @ x)
+  return x, math.cho_solve(factor, db - da @ x)

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flexor import math
 from flexor.constraint import dof_trees, islands, rows_of
 from flexor.types import ConstraintState, ConstraintType, Data, Model
 
@@ -257,7 +258,7 @@ def noslip(m: Model, d: Data) -> Data:
   efc_state, qfrc_constraint and qacc as mj_solNoSlip followed by mj_dualFinish."""
   with jax.named_scope("noslip"):
     friction_blocks, pair_blocks, tangent_blocks = _blocks(m)
-    factor = jax.scipy.linalg.cho_factor(d.qM, lower=True)
+    factor = math.cholesky(d.qM)
     force = d.efc_force
     contact = np.isin(m.efc_rowtype, (ConstraintType.CONTACT_PYRAMIDAL,
                                       ConstraintType.CONTACT_ELLIPTIC))
@@ -266,7 +267,7 @@ def noslip(m: Model, d: Data) -> Data:
                 else jnp.zeros((len(m.efc_rowid), 5), d.efc_force.dtype))
     dof_tree, nisland = dof_trees(m)
     island, dof_island = islands(dof_tree, nisland, d.efc_J, d.efc_active)
-    p = _Problem(d.efc_J, jax.scipy.linalg.cho_solve(factor, d.efc_J.T), d.efc_aref,
+    p = _Problem(d.efc_J, math.cho_solve(factor, d.efc_J.T), d.efc_aref,
                  d.efc_frictionloss, friction, island, d.efc_active)
     # MuJoCo 4 scales an island's improvement by its dofs' current inertia, the trace of M
     inertia = jax.ops.segment_sum(jnp.diagonal(d.qM), dof_island, num_segments=nisland)
@@ -289,6 +290,6 @@ def noslip(m: Model, d: Data) -> Data:
     start = (force, qacc, jnp.zeros(nisland, bool))
     force, _, _ = jax.lax.scan(iteration, start, jnp.arange(m.opt.noslip_iterations))[0]
     qfrc_constraint = d.efc_J.T @ force
-    qacc = d.qacc_smooth + jax.scipy.linalg.cho_solve(factor, qfrc_constraint)
+    qacc = d.qacc_smooth + math.cho_solve(factor, qfrc_constraint)
     return d.replace(efc_force=force, efc_state=dual_state(m, d, force), qacc=qacc,
                      qfrc_constraint=qfrc_constraint)

@@ -342,8 +342,8 @@ def _newton(rows: _Rows, p: _Problem, isl: _Islands, qacc0: jax.Array, tolerance
 
   def direction(x: _Point) -> tuple[jax.Array, jax.Array]:
     """(H^-1 grad (nv,), scaled Newton decrement (count,)) at x."""
-    factor = jax.scipy.linalg.cho_factor(_hessian(rows, p, x.u), lower=True)
-    hgrad = jax.scipy.linalg.cho_solve(factor, x.grad)
+    factor = math.cholesky(_hessian(rows, p, x.u))
+    hgrad = math.cho_solve(factor, x.grad)
     return hgrad, 0.5 * scale * isl.dot(x.grad, hgrad, isl.dof)
 
   def body(state):
@@ -369,13 +369,13 @@ def _conjugate_gradient(rows: _Rows, p: _Problem, isl: _Islands, qacc0: jax.Arra
   A step costs a solve with M's Cholesky factor (computed once) instead of a Hessian's
   factorization, and convergence takes more steps. An island does not start where its scaled
   duality gap 1/2 grad' M^-1 grad is already under the tolerance (a good warm start)."""
-  factor = jax.scipy.linalg.cho_factor(p.M, lower=True)
+  factor = math.cholesky(p.M)
 
   def body(state):
     it, x, mgrad, search, done = state
     new, new_done = _step(rows, p, isl, x, search, tolerance, ls_tolerance, scale, done,
                           ls_iterations)
-    new_mgrad = jax.scipy.linalg.cho_solve(factor, new.grad)
+    new_mgrad = math.cho_solve(factor, new.grad)
     # restart from steepest descent where conjugacy is lost; the lower bound keeps the
     # direction from turning orthogonal to the gradient
     y, my = new.grad - x.grad, new_mgrad - mgrad
@@ -392,7 +392,7 @@ def _conjugate_gradient(rows: _Rows, p: _Problem, isl: _Islands, qacc0: jax.Arra
     return it + 1, new, new_mgrad, search, new_done
 
   x0 = _evaluate(rows, p, qacc0, p.J @ qacc0 - p.aref)
-  mgrad0 = jax.scipy.linalg.cho_solve(factor, x0.grad)
+  mgrad0 = math.cho_solve(factor, x0.grad)
   done0 = 0.5 * scale * isl.dot(x0.grad, mgrad0, isl.dof) < tolerance
   state = (0, x0, mgrad0, -mgrad0, done0)
   return jax.lax.while_loop(lambda s: (s[0] < iterations) & ~jnp.all(s[4]), body,
@@ -516,11 +516,11 @@ def _implicit_jvp(config: _Config, primals: tuple, tangents: tuple):
 
   def factor(rows: _Rows, p: _Problem) -> jax.Array:
     hessian = _hessian(rows, p, _update(rows, p, p.J @ qacc - p.aref))
-    return jax.scipy.linalg.cho_factor(hessian, lower=True)[0]
+    return math.cholesky(hessian)
 
   cholesky = _on_active_rows(config, problem, factor)
   _, dgrad = jax.jvp(lambda q: _gradient(config.rows, q, qacc), (problem,), (tangents[0],))
-  return qacc, -jax.scipy.linalg.cho_solve((cholesky, True), dgrad)
+  return qacc, -math.cho_solve(cholesky, dgrad)
 
 
 def _problem(m: Model, d: Data, rows: _Rows) -> _Problem:
@@ -564,8 +564,7 @@ def _solve_dual(m: Model, d: Data, rows: _Rows, p: _Problem) -> Data:
     warm = _update(rows, p, p.J @ d.qacc_warmstart - p.aref).force
   force = checkpoint_name(solver_pgs.solve_pgs(m, d, warm), LOOP_RESULT)
   qacc = jax.lax.stop_gradient(
-      p.qacc_smooth + jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(p.M, lower=True),
-                                                 p.J.T @ force))
+      p.qacc_smooth + math.cho_solve(math.cholesky(p.M), p.J.T @ force))
   qacc = _implicit(_Config(m, rows), p, qacc)
   primal = jnp.where(d.efc_active, _update(rows, p, p.J @ qacc - p.aref).force, 0.0)
   force = force + (primal - jax.lax.stop_gradient(primal))

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor.constraint import active_capacity, dof_trees, islands, row_constraints, rows_of
-from flexor.math import MINVAL, run_if
+from flexor.math import MINVAL, cho_solve, cholesky, run_if
 from flexor.noslip import cost_change, tangents
 from flexor.types import ConstraintType, Data, DisableBit, Model
 
@@ -277,14 +277,14 @@ def solve_pgs(m: Model, d: Data, warm: jax.Array | None) -> jax.Array:
   if len(heads):
     friction = friction.at[heads].set(d.contact_friction[m.efc_rowid[heads]])
   row_island, dof_island, ntree = _islands(m, d)
-  factor = jax.scipy.linalg.cho_factor(d.qM, lower=True)[0]
+  factor = cholesky(d.qM)
 
   force = jnp.zeros(m.njmax, d.qM.dtype)
   if warm is not None:
     force = jnp.where(active, warm, 0.0)
     jf = d.efc_J.T @ force
     b = d.efc_J @ d.qacc_smooth - d.efc_aref
-    dual_cost = force @ b + 0.5 * (jf @ jax.scipy.linalg.cho_solve((factor, True), jf)
+    dual_cost = force @ b + 0.5 * (jf @ cho_solve(factor, jf)
                                    + force @ (d.efc_R * force))
     force = jnp.where(dual_cost > 0, 0.0, force)
 
@@ -301,7 +301,7 @@ def solve_pgs(m: Model, d: Data, warm: jax.Array | None) -> jax.Array:
             qacc_smooth: jax.Array, scale: jax.Array) -> jax.Array:
     """The forces of the rows idx (all, or the active ones padded: valid says which)."""
     J, aref, R, floss, fr, kd, wd, isl, act, f = (c[idx] for c in columns)
-    W = jax.scipy.linalg.cho_solve((factor, True), J.T).T
+    W = cho_solve(factor, J.T).T
     rows = _Rows(J, W, aref, R, floss, fr, kd, jnp.where(valid, wd, 0), isl, act & valid,
                  jnp.where(valid, f, 0.0))
     return _solve(m, rows, qacc_smooth, scale, ntree, max_width)
