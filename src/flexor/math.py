@@ -216,8 +216,8 @@ def _rows_dot_jvp(primals: tuple[jax.Array, jax.Array], tangents: tuple[jax.Arra
 # Largest matrix order n that ``cholesky`` and ``cho_solve`` unroll into arithmetic on the
 # entries. Measured at a batch of 64 (benchmarks/README.md): unrolled, cartpole's and
 # muscle_arm's rollouts (n = 2) ran 1.5x and 1.1x faster, their gradients 1.4x and 1.05x, for
-# 7-9% more compile time; at n = 3-9 the unrolled forms added 16-50% to the compile time for
-# 0-20% less run time.
+# 7-9% more compile time; at n = 3-9 the unrolled forms added 17-62% to the compile time, and
+# run times moved from 20% faster to 18% slower.
 _UNROLLED = 2
 
 
