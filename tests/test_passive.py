@@ -26,7 +26,7 @@ from flexor import fluid, forward, load_mjcf_string, make_data
 from flexor.integrate import integrate_pos, step
 from flexor.mjcf.from_mujoco import from_mujoco
 from flexor.forward import fwd_velocity
-from flexor.passive import passive, passive_vel_deriv, update_plastic
+from flexor.passive import dof_damper_deriv, passive, passive_vel_deriv, update_plastic
 
 DSBL = mujoco.mjtDisableBit
 FLAG_VARIANTS = {
@@ -365,6 +365,35 @@ def test_passive_vmap_and_jit():
   eager = passive(case.fm, d0)
   for field in S.PASSIVE_FIELDS:
     np.testing.assert_allclose(getattr(eager, field), getattr(d0, field), rtol=1e-13, atol=1e-13)
+
+
+_DAMPERS = """
+<mujoco>
+  <worldbody>
+    <body><joint name="a" type="hinge" {joint}/><geom size="0.1"/>
+      <body pos="0 0 -0.3"><joint name="b" type="slide"/><geom size="0.1"/></body>
+    </body>
+  </worldbody>
+  <actuator><motor joint="b" gear="2" {motor}/></actuator>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("joint, motor, damped", [
+    ("", "", False), ('damping="0.5"', "", True), ('damping="0 0 0.2"', "", True),
+    ("", 'damping="0.3"', True), ("", 'damping="0 0.1"', True)])
+def test_dof_damper_flag(joint: str, motor: str, damped: bool):
+  """MuJoCo's test for implicit damping (own, polynomial or an actuator's damping): a Python bool
+  while tracing where the Model is known (computed with numpy, no eager jax), the same value as
+  an array where the Model is traced."""
+  m = load_mjcf_string(_DAMPERS.format(joint=joint, motor=motor))
+  qvel = jnp.array([0.3, -0.2])
+  flags = []
+  jax.make_jaxpr(lambda v: flags.append(dof_damper_deriv(m, v)[1]))(qvel)
+  assert flags == [damped] and isinstance(flags[0], bool)
+  assert bool(jax.jit(lambda m, v: dof_damper_deriv(m, v)[1])(m, qvel)) is damped
+  deriv = jax.jit(lambda v: dof_damper_deriv(m, v)[0])(qvel)
+  np.testing.assert_allclose(deriv, jax.jit(lambda m, v: dof_damper_deriv(m, v)[0])(m, qvel),
+                             rtol=1e-15)
 
 
 # --- gradients: jax.grad against central differences, float64 ----------------------------------
