@@ -229,6 +229,41 @@ def test_gradient_of_depth_matches_finite_differences():
     assert abs(fd - g[k]) < 1e-6 * max(1.0, abs(fd)), (k, fd, g[k])
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_gradient_finite_where_the_search_finds_nothing(dtype):
+  """A search that found nothing (path 0) may end on a degenerate simplex, as it does in
+  float32 for dm_control's finger: two cylinders side by side, the simplex one support point
+  twice and the origin. Nothing reads that contact, and its derivatives must stay finite: a
+  NaN there reached every world's rollout gradient."""
+  from flexor import collision_convex as cc
+  from flexor.types import GeomType
+  kinds = ((int(GeomType.CYLINDER),), (int(GeomType.CYLINDER),))
+  axis_y = jnp.array([[1.0, 0, 0], [0, 0, -1], [0, 1, 0]], dtype)  # the cylinders along y
+  pos1, pos2 = jnp.array([-0.2, 0, 0.4], dtype), jnp.array([0.2, 0, 0.4], dtype)
+  size1, size2 = jnp.array([0.034, 0.033, 0], dtype), jnp.array([0.02, 0.045, 0], dtype)
+  geom = lambda pos, mat, size: cc._geom(GeomType.CYLINDER, pos, mat, size,
+                                         jnp.zeros((), dtype), 0)
+  vertex = cc._support(geom(pos1, axis_y, size1), geom(pos2, axis_y, size2), kinds)(
+      jnp.array([1.0, 0, 0], dtype))
+  found = cc._Witness(path=jnp.array(0), verts=jnp.zeros((4, 4, 3), dtype).at[1:3].set(vertex),
+                      n=jnp.array(3), center=jnp.zeros(3, dtype))
+
+  def contact(pos1, mat1, pos2, mat2):
+    hit, dist, x1, x2 = cc._ccd(geom(pos1, mat1, size1), geom(pos2, mat2, size2), kinds, found)
+    return dist + jnp.sum(x1) + jnp.sum(x2), hit
+
+  args = (pos1, axis_y, pos2, axis_y)
+  assert not bool(contact(*args)[1])
+  # compiled as users compile it: under the suite's cheapest optimisation level the rounding
+  # differs and these derivatives came out finite even before the fix
+  optimised = {"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False,
+               "xla_cpu_use_fusion_emitters": True}
+  grads = jax.jit(jax.grad(lambda *a: contact(*a)[0], argnums=(0, 1, 2, 3)),
+                  compiler_options=optimised)(*args)
+  for grad in grads:
+    assert np.all(np.isfinite(np.asarray(grad)))
+
+
 def test_mixed_convex_pairs_share_one_kernel():
   """An ellipsoid, a sphere and a mesh: three convex type pairs (sphere-ellipsoid, sphere-mesh,
   ellipsoid-mesh), collided by one kernel whose support functions pick the geom type per pair,

@@ -171,6 +171,23 @@ def test_known_and_static_where_select_while_tracing_where_they_can():
                                                                    else 1)
 
 
+def test_materialize_is_the_identity_behind_a_loop_the_compiler_keeps():
+  """materialize returns its pytree (floats, ints, bools) unchanged under jit and vmap, has the
+  identity's derivatives in both modes, and its loop is still in the optimised program (the
+  CPU backend would remove an optimization barrier)."""
+  x = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)
+  k, flag = jnp.arange(4), jnp.array([True, False, True, False])
+  out = jax.jit(jax.vmap(math.materialize))((x, k, flag))
+  for got, want in zip(out, (x, k, flag)):
+    np.testing.assert_array_equal(got, want)
+  f = lambda x: jnp.sum(jnp.sin(math.materialize(x)) * x)
+  np.testing.assert_allclose(jax.grad(f)(x), jnp.cos(x) * x + jnp.sin(x), rtol=1e-14)
+  check_grads(lambda x: jnp.sin(math.materialize(x)), (x,), order=1, modes=("fwd", "rev"))
+  consumer = lambda x: jnp.sum(jnp.sin(math.materialize(jnp.exp(x)))[..., None] * x[:, None, :])
+  hlo = jax.jit(consumer).lower(x).compile().as_text()
+  assert " while(" in hlo
+
+
 def test_chunked_runs_fn_on_the_active_lanes_with_derivatives_under_vmap():
   """math.chunked equals fn on the active lanes and zero on the others, its gradient too, in
   chunks that do not divide the lanes; and under vmap, where every chunk runs."""

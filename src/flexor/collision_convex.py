@@ -46,7 +46,7 @@ import numpy as np
 
 from flexor import collision_multi
 from flexor.collision_primitive import Contacts, Hulls, _Contact, _dot, _finish, hull_support
-from flexor.math import cross as _cross
+from flexor.math import cross as _cross, materialize
 from flexor.mjcf.contact_pairs import CONVEX, MULTI
 from flexor.types import GeomType
 
@@ -863,8 +863,13 @@ def _ccd(g1: Geom, g2: Geom, kinds: Kinds, found: _Witness, distance: bool = Fal
   dirs = jax.lax.stop_gradient(found.verts[:, _D])
   # the support points again, from their directions, give the derivatives; their values are
   # the search's (where a direction is normal to an edge or a face, the two evaluations may
-  # round to different points of it)
-  same = lambda searched, again: searched + (again - jax.lax.stop_gradient(again))
+  # round to different points of it). A search that found nothing may end on a degenerate
+  # simplex (in float32 on dm_control's finger: one support point twice, and the origin), whose
+  # face and nearest point have infinite derivatives though nothing reads them: selects, not
+  # products, cut them off, so that neither mode meets 0 * inf.
+  live = found.path > 0
+  cut = lambda x: jnp.where(live, x, jax.lax.stop_gradient(x))
+  same = lambda searched, again: searched + cut(again - jax.lax.stop_gradient(again))
   # EPA face: its three vertices from their directions
   verts = same(found.verts[:3], jax.vmap(_support(g1, g2, kinds))(dirs[:3]))
   x = verts[:, _V]
@@ -898,7 +903,7 @@ def _ccd(g1: Geom, g2: Geom, kinds: Kinds, found: _Witness, distance: bool = Fal
     e1 = jnp.where(apart, _lincomb(lam_f, found.n, full[:, _A]), e1)
     e2 = jnp.where(apart, _lincomb(lam_f, found.n, full[:, _B]), e2)
     e_dist = jnp.where(apart, _norm(_lincomb(lam_f, found.n, full[:, _V])), e_dist)
-  return found.path > 0, e_dist, e1, e2
+  return live, cut(e_dist), cut(e1), cut(e2)
 
 
 def _contact_at(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: _Witness
@@ -926,7 +931,10 @@ def _multi_contacts(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: 
                     ) -> _Contact:
   """_contact_at followed by MuJoCo 4's multi-contact search where the pair's geom kinds have
   one: up to collision_multi.MAXCON contacts (N,) sharing the first one's normal."""
-  hit, dist, x1, x2 = _ccd(g1, g2, kinds, found)
+  # materialised: XLA fused the first contact into the per-vertex kernels of the search below,
+  # recomputing it for every vertex (two kernels of 0.9 ms a step on dm_control's finger at
+  # a batch of 64)
+  hit, dist, x1, x2 = materialize(_ccd(g1, g2, kinds, found))
   # the face the search ended on: EPA's, or the distance pass's simplex (its first vertices)
   n = found.n
   rows = jnp.where(found.path == 1, jnp.stack([0, jnp.where(n > 1, 1, 0), jnp.where(n > 2, 2, 0)]),
@@ -939,7 +947,9 @@ def _multi_contacts(g1: Geom, g2: Geom, kinds: Kinds, margin: jax.Array, found: 
                       half_margin=jnp.where(found.path == 1, c.half_margin, g.half_margin))
   both = tuple(tuple(sorted(set(k) | set(_core_kinds(k)))) for k in kinds)
   again = jax.vmap(_support(core(g1), core(g2), both))(dirs)
-  face = face + (again - jax.lax.stop_gradient(again))
+  # (only a contact found reads the face: its derivatives cut off as in _ccd)
+  moved = jnp.where(hit, again - jax.lax.stop_gradient(again), 0.0)
+  face, dirs = materialize((face + moved, dirs))
   count, w1, w2, d = collision_multi.multicontact(kinds, g1, g2, dirs, face[:, _A], face[:, _B],
                                                   x1, x2)
   supported = jnp.zeros((), bool)

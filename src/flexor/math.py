@@ -445,6 +445,30 @@ def static_where(mask: np.ndarray, x: jax.Array, y: jax.Array) -> jax.Array:
   return jnp.broadcast_to(jnp.asarray(x if mask.all() else y, jnp.result_type(x, y)), shape)
 
 
+@jax.custom_jvp
+def materialize(tree: _T) -> _T:
+  """``tree`` itself (a pytree of arrays), computed into memory before any of its readers run.
+
+  XLA fuses a producer into each of its consumers, and where a consumer has many more
+  elements than the producer (every vertex of a polygon reading the contact that chose the
+  polygon) it recomputes the producer for each of them. An optimization barrier does not stop
+  that: the CPU backend removes barriers before it fuses. Here the values pass through a loop
+  that runs once, on a flag the compiler cannot follow, and their readers read the loop's
+  result. Differentiated as the identity."""
+  def once(state: tuple[jax.Array, _T, _T]) -> tuple[jax.Array, _T, _T]:
+    go, value, out = state
+    return (jnp.zeros((), bool), value,
+            jax.tree.map(lambda v, o: jnp.where(go, v, o), value, out))
+
+  start = (jnp.ones((), bool), tree, jax.tree.map(jnp.zeros_like, tree))
+  return jax.lax.while_loop(lambda s: s[0], once, start)[2]
+
+
+@materialize.defjvp
+def _materialize_jvp(primals: tuple, tangents: tuple) -> tuple:
+  return materialize(primals[0]), tangents[0]
+
+
 def run_if(flag: jax.Array, value: _T, fn: Callable[..., _T], *args: Any) -> _T:
   """``value``, or ``fn(*args)`` where ``flag`` () bool is set.
 
