@@ -262,6 +262,37 @@ def test_position_tangents_are_the_compositions(jacobian):
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-13, err_msg=f"{field}, argument {arg}")
 
 
+
+SLIDING_XML = """
+<mujoco>
+  <worldbody>
+    <body name="puck" pos="0 0 0.1">
+      <joint type="slide" axis="1 0 0"/>
+      <joint type="slide" axis="0 1 0"/>
+      <geom type="sphere" size="0.05" mass="1"/>
+      <geom type="box" size="0.02 0.02 0.02" pos="0.05 0 0" mass="0.1"/>
+      <site name="s" pos="0.1 0 0"/>
+    </body>
+  </worldbody>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("name", ["sliding", "dmc/point_mass"])
+def test_gradient_of_a_batched_rollout_where_no_joint_turns(name: str):
+  """Where no joint turns anything, the frames' orientations never read qpos, so ``vmap`` left
+  them unbatched while their tangents were batched: ``jax.grad`` of a batched rollout then
+  failed (dm_control's point_mass and ball_in_cup). It must equal the per-world gradients."""
+  fm = flexor.load_mjcf_string(SLIDING_XML) if name == "sliding" else _models(name)[1]
+  d = make_data(fm, batch_shape=(3,))
+  qvel = jnp.asarray(np.random.default_rng(5).normal(size=(3, fm.nv)))
+
+  def final(qvel, d):
+    return jnp.sum(flexor.rollout(fm, d.replace(qvel=qvel), nstep=2, fields=())[0].qpos ** 2)
+
+  batched = jax.jit(jax.grad(lambda v: jnp.sum(jax.vmap(final)(v, d))))(qvel)
+  np.testing.assert_allclose(batched, jax.jit(jax.vmap(jax.grad(final)))(qvel, d), rtol=1e-12,
+                             atol=1e-12)
+
 CAMLIGHT_XML = """
 <mujoco>
   <worldbody>

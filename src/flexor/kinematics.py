@@ -222,6 +222,28 @@ def _mover_masks(m: Model) -> tuple[np.ndarray, np.ndarray]:
   return body, jnt
 
 
+def _moving_frames(m: Model, body_mask: np.ndarray, jnt_mask: np.ndarray) -> set[str]:
+  """The keys of ``kinematics``' frames that some joint or mocap body moves (static).
+
+  The others get zero tangents, not zero-valued products of the twists. Besides saving the
+  products, this keeps batching consistent: under ``vmap`` JAX batches a custom JVP's primal
+  before its tangents and records the primal's batch dimensions, so a tangent batched where the
+  primal is not (the rotations of a model whose joints all slide, whose primal never reads qpos)
+  makes a later differentiation of the batched program fail (``jax.grad`` of a ``vmap``)."""
+  spins = np.concatenate([np.isin(m.jnt_type, (JointType.HINGE, JointType.BALL, JointType.FREE)),
+                          np.ones(body_mask.shape[1] - m.njnt, dtype=bool)])
+  moved, turned = body_mask.any(axis=1), (body_mask & spins).any(axis=1)
+  keys = set()
+  for key, bodyid in (("x", np.arange(m.nbody)), ("xi", np.arange(m.nbody)),
+                      ("geom_x", m.geom_bodyid), ("site_x", m.site_bodyid)):
+    keys |= {f"{key}pos"} if moved[bodyid].any() else set()
+    keys |= {f"{key}mat"} if turned[bodyid].any() else set()
+  keys |= {"xquat"} if turned.any() else set()
+  keys |= {"xanchor"} if jnt_mask.any() or (m.jnt_type == JointType.FREE).any() else set()
+  keys |= {"xaxis"} if (jnt_mask & spins).any() else set()
+  return keys
+
+
 def _moved(twist: jax.Array, point: jax.Array, ref: jax.Array) -> jax.Array:
   """Velocity of ``point`` under twist (angular, velocity at ``ref``), (..., 3)."""
   return twist[..., 3:] + math.cross(twist[..., :3], point - ref)
@@ -255,7 +277,8 @@ def _frame_tangents(m: Model, frames: dict[str, jax.Array], twists: jax.Array,
   jroot = root[m.jnt_bodyid]
   out["xanchor"] = _moved(jnt, frames["xanchor"], jroot)
   out["xaxis"] = math.cross(jnt[:, :3], frames["xaxis"])
-  return out
+  moving = _moving_frames(m, body_mask, jnt_mask)
+  return {k: v if k in moving else jnp.zeros_like(frames[k]) for k, v in out.items()}
 
 
 def _is_zero(tangent) -> bool:
