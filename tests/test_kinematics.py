@@ -262,7 +262,6 @@ def test_position_tangents_are_the_compositions(jacobian):
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-13, err_msg=f"{field}, argument {arg}")
 
 
-
 SLIDING_XML = """
 <mujoco>
   <worldbody>
@@ -292,6 +291,7 @@ def test_gradient_of_a_batched_rollout_where_no_joint_turns(name: str):
   batched = jax.jit(jax.grad(lambda v: jnp.sum(jax.vmap(final)(v, d))))(qvel)
   np.testing.assert_allclose(batched, jax.jit(jax.vmap(jax.grad(final)))(qvel, d), rtol=1e-12,
                              atol=1e-12)
+
 
 CAMLIGHT_XML = """
 <mujoco>

@@ -213,7 +213,6 @@ def test_chunked_runs_fn_on_the_active_lanes_with_derivatives_under_vmap():
                              rtol=1e-14)
 
 
-
 def test_chunked_traces_fn_once():
   """math.chunked traces fn once, in the cond that runs a chunk: the zeros of the chunks it
   skips take fn's shapes from that trace (a second trace of the height field's search cost
@@ -228,6 +227,7 @@ def test_chunked_traces_fn_once():
   out = jax.jit(lambda a, x: math.chunked(a, fn, (x,), 4))(active, x)
   assert len(calls) == 1
   assert out[0].shape == (10, 3) and out[1].dtype == jnp.float32
+
 
 def test_take_is_the_gather_with_slices_where_the_indices_are_blocks():
   """math.take equals x[idx] for random static indices, and where they are a few blocks of

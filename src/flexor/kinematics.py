@@ -266,19 +266,16 @@ def _frame_tangents(m: Model, frames: dict[str, jax.Array], twists: jax.Array,
     own = dqpos[m.jnt_qposadr[free][:, None] + np.arange(3)]
     jnt = jnt.at[free, 3:].add(own)
   root = frames["xpos"][m.body_rootid]
-  out = {}
+  half = lambda: jnp.concatenate([jnp.zeros_like(body[:, :1]), 0.5 * body[:, :3]], axis=-1)
+  rules = {"xquat": lambda: math.quat_mul(half(), frames["xquat"]),
+           "xanchor": lambda: _moved(jnt, frames["xanchor"], root[m.jnt_bodyid]),
+           "xaxis": lambda: math.cross(jnt[:, :3], frames["xaxis"])}
   for key, bodyid in (("x", np.arange(m.nbody)), ("xi", np.arange(m.nbody)),
                       ("geom_x", m.geom_bodyid), ("site_x", m.site_bodyid)):
-    pos, mat = frames[f"{key}pos"], frames[f"{key}mat"]
-    out[f"{key}pos"] = _moved(body[bodyid], pos, root[bodyid])
-    out[f"{key}mat"] = _turned(body[bodyid], mat)
-  half = jnp.concatenate([jnp.zeros_like(body[:, :1]), 0.5 * body[:, :3]], axis=-1)
-  out["xquat"] = math.quat_mul(half, frames["xquat"])
-  jroot = root[m.jnt_bodyid]
-  out["xanchor"] = _moved(jnt, frames["xanchor"], jroot)
-  out["xaxis"] = math.cross(jnt[:, :3], frames["xaxis"])
+    rules[f"{key}pos"] = lambda key=key, b=bodyid: _moved(body[b], frames[f"{key}pos"], root[b])
+    rules[f"{key}mat"] = lambda key=key, b=bodyid: _turned(body[b], frames[f"{key}mat"])
   moving = _moving_frames(m, body_mask, jnt_mask)
-  return {k: v if k in moving else jnp.zeros_like(frames[k]) for k, v in out.items()}
+  return {k: rule() if k in moving else jnp.zeros_like(frames[k]) for k, rule in rules.items()}
 
 
 def _is_zero(tangent) -> bool:
