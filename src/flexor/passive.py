@@ -138,11 +138,20 @@ def joint_spring_displacements(m: Model, d: Data) -> list[tuple[np.ndarray, np.n
 
 def _joint_spring(m: Model, d: Data) -> jax.Array:
   """Joint spring forces (nv,): -dif p(x) for each displacement of joint_spring_displacements."""
-  qfrc = jnp.zeros(m.nv, dtype=d.qpos.dtype)
-  for joints, dofs, dif, x in joint_spring_displacements(m, d):
+  forces, dofs = [], []
+  for joints, joint_dofs, dif, x in joint_spring_displacements(m, d):
     coef = poly_force(m.jnt_stiffness[joints], m.jnt_stiffnesspoly[joints], x, False)
-    qfrc = qfrc.at[dofs].set(-coef[:, None] * dif)
-  return qfrc
+    forces.append((-coef[:, None] * dif).reshape(-1))
+    dofs.append(joint_dofs.reshape(-1))
+  if not forces:
+    return jnp.zeros(m.nv, dtype=d.qpos.dtype)
+  # Each dof reads its force, or a trailing zero, by a static selection (math.take) rather than
+  # a scatter into zeros: a loop on XLA's CPU backend, and one that its legacy emitters at
+  # optimization level 0 (the test suite's flags) miscompiled in forward mode.
+  count = sum(f.shape[0] for f in forces)
+  source = np.full(m.nv, count)
+  source[np.concatenate(dofs)] = np.arange(count)
+  return math.take(jnp.concatenate(forces + [jnp.zeros(1, dtype=d.qpos.dtype)]), source)
 
 
 def dof_damping(m: Model) -> tuple[jax.Array, jax.Array]:
