@@ -357,7 +357,8 @@ def com_pos(m: Model, d: Data) -> Data:
     heavy = smass > math.MINVAL
     subtree_com = jnp.where(heavy[:, None], scom / jnp.where(heavy, smass, 1.0)[:, None], d.xipos)
 
-    root_com = subtree_com[m.body_rootid]
+    # static gathers as slices (math.take): their transposes fuse, a gather's is a scatter loop
+    root_com = math.take(subtree_com, m.body_rootid)
     cinert = math.inert_com(m.body_inertia, d.ximat, d.xipos - root_com, mass)
     cinert = cinert.at[0].set(0.0)
 
@@ -366,7 +367,7 @@ def com_pos(m: Model, d: Data) -> Data:
     where = math.static_where
     axis = where((source == 0)[:, None], d.xaxis[m.dof_jntid],
                  where((source == 1)[:, None], d.xmat[m.dof_bodyid, :, column], eye[column]))
-    offset = root_com[m.dof_bodyid] - d.xanchor[m.dof_jntid]
+    offset = math.take(root_com, m.dof_bodyid) - math.take(d.xanchor, m.dof_jntid)
     rot = rotational[:, None]
     cdof = jnp.concatenate([where(rot, axis, 0.0), where(rot, math.cross(axis, offset), axis)],
                            axis=-1)
