@@ -16,11 +16,12 @@ import smooth_support as S
 import support
 from flexor import forward as fx_forward
 from flexor import inverse as fx_inverse
-from flexor.crb import crb, factor_m, solve_m
+from flexor.crb import crb, factor_m, solve_m, spd_solve
 from flexor.forward import (fwd_acceleration, fwd_actuation, fwd_constraint, fwd_position,
                             fwd_velocity, inv_acceleration)
 from flexor.mjcf.from_mujoco import from_mujoco
-from flexor.passive import passive
+from flexor.integrate import euler
+from flexor.passive import dof_damper_deriv, passive
 from flexor.rne import rne, rne_bias, rne_postconstraint
 from flexor.types import Data, Model
 
@@ -218,6 +219,58 @@ def test_finite_gradients_at_rest():
   assert np.all(np.isfinite(jvp)), "non-finite forward-mode derivative at rest"
   rev = sum(jnp.vdot(g, t) for g, t in zip(jax.tree.leaves(grad), jax.tree.leaves(tangent)))
   np.testing.assert_allclose(weights @ jvp, rev, rtol=1e-9)
+
+
+# --- solve_dynamics: accelerations differentiated through the inverse dynamics ----------------
+
+SOLVE_PARAMS = ("body_mass", "body_inertia", "dof_armature", "dof_damping", "actuator_armature",
+                "actuator_gear", "tendon_armature", "jnt_stiffness")
+
+
+def _accelerations(fm: Model, d: Data, stage: str, through_qm: bool):
+  """(qpos, qvel, params) -> fwd_acceleration's qacc_smooth or Euler's new qvel, computed by
+  ``solve_dynamics`` or, with ``through_qm``, by a solve differentiated through qM."""
+  h = fm.opt.timestep
+
+  def fn(qpos: jax.Array, qvel: jax.Array, params: dict[str, jax.Array]) -> jax.Array:
+    m = fm.replace(**params)
+    out = fx_forward(m, d.replace(qpos=qpos, qvel=qvel))
+    if stage == "fwd_acceleration":
+      return spd_solve(out.qM, out.qfrc_smooth, out.qLD) if through_qm else out.qacc_smooth
+    if not through_qm:
+      return euler(m, out).qvel
+    damping = h * dof_damper_deriv(m, out.qvel)[0]
+    return out.qvel + h * spd_solve(out.qM + jnp.diag(damping),
+                                    out.qfrc_smooth + out.qfrc_constraint)
+  return jax.jit(fn)
+
+
+@pytest.mark.parametrize("stage", ["fwd_acceleration", "euler"])
+@pytest.mark.parametrize("name", ["own/tendon_params", "own/actuators_v4"])
+def test_solve_dynamics_derivatives(name: str, stage: str):
+  """solve_dynamics' derivatives, taken through the inverse dynamics at the solution, equal
+  those of the plain solve taken through qM, in forward and reverse mode, w.r.t. the state and
+  the Model's inertial, armature (dof, actuator, tendon), damping and stiffness parameters."""
+  case = S.case(name)
+  fm = case.fm
+  d = _state(case)
+  params = {k: getattr(fm, k) for k in SOLVE_PARAMS}
+  params["dof_damping"] = params["dof_damping"] + 0.5  # every dof damped: Euler's solve is used
+  args = (d.qpos, d.qvel, params)
+  rng = np.random.default_rng(2)
+  tangent = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=np.shape(x))), args)
+  cotangent = jnp.asarray(rng.normal(size=fm.nv))
+  new, old = (_accelerations(fm, d, stage, through_qm) for through_qm in (False, True))
+  assert np.abs(np.asarray(new(*args) - old(*args))).max() == 0.0
+  jvp_new, jvp_old = (jax.jvp(f, args, tangent)[1] for f in (new, old))
+  assert np.abs(np.asarray(jvp_old)).max() > 1.0
+  err = support.relerr(jvp_new, jvp_old)
+  assert err <= 1e-10, f"{name} {stage}: forward mode relative error {err:.2e}"
+  vjp_new, vjp_old = (jax.vjp(f, *args)[1](cotangent) for f in (new, old))
+  for path, a in jax.tree_util.tree_leaves_with_path(vjp_new):
+    b = functools.reduce(lambda t, k: t[k.idx if hasattr(k, "idx") else k.key], path, vjp_old)
+    err = support.relerr(a, b)
+    assert err <= 1e-10, f"{name} {stage}: reverse mode {jax.tree_util.keystr(path)} {err:.2e}"
 
 
 # --- float32 -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from jax.custom_derivatives import SymbolicZero
 from jax.test_util import check_grads
 
 from flexor import math
@@ -227,6 +228,17 @@ def test_chunked_traces_fn_once():
   out = jax.jit(lambda a, x: math.chunked(a, fn, (x,), 4))(active, x)
   assert len(calls) == 1
   assert out[0].shape == (10, 3) and out[1].dtype == jnp.float32
+
+
+def test_jvp_nonzero_differentiates_the_leaves_with_tangents():
+  """math.jvp_nonzero takes the tangent along the leaves that have one, the symbolic zeros of a
+  custom_jvp rule entering as constants, and returns None where no leaf has a tangent."""
+  x, y = jnp.array(2.0), jnp.array(3.0)
+  zero = lambda v: SymbolicZero(jax.typeof(v))
+  fn = lambda a, pair: {"p": a * jnp.sin(pair[0]) + pair[1]}
+  out = math.jvp_nonzero(fn, (x, (y, y)), (jnp.array(0.5), (zero(y), jnp.array(2.0))))
+  np.testing.assert_allclose(out["p"], 0.5 * np.sin(3.0) + 2.0, rtol=1e-15)
+  assert math.jvp_nonzero(fn, (x, (y, y)), (zero(x), (zero(y), zero(y)))) is None
 
 
 def test_take_is_the_gather_with_slices_where_the_indices_are_blocks():

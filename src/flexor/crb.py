@@ -195,7 +195,7 @@ def factor_m(m: Model, d: Data) -> Data:
   """Computes qLD (nv, nv), the lower Cholesky factor of qM (mj_factorM)."""
   del m  # the factor depends on qM only
   with jax.named_scope("factor_m"):
-    qLD = _cholesky(d.qM) if d.qM.shape[-1] else d.qM
+    qLD = cholesky(d.qM) if d.qM.shape[-1] else d.qM
   return d.replace(qLD=qLD)
 
 
@@ -215,11 +215,11 @@ def spd_solve(a: jax.Array, b: jax.Array, factor: jax.Array | None = None) -> ja
   neither mode differentiates the factorisation (a factor passed in gets no derivative).
   """
   if factor is None:  # its tangent would be discarded: do not compute it
-    factor = _cholesky(jax.lax.stop_gradient(a))
+    factor = cholesky(jax.lax.stop_gradient(a))
   return _factored_solve(a, factor, b)
 
 
-def _cholesky(a: jax.Array) -> jax.Array:
+def cholesky(a: jax.Array) -> jax.Array:
   """The lower Cholesky factor of a symmetric positive definite a (n, n).
 
   Reads a's lower triangle only: every matrix factored here is symmetric by construction, and

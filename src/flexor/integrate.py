@@ -30,7 +30,7 @@ import numpy as np
 
 from flexor import actuation, crb, history, kinematics, math, passive, sensor, solver
 from flexor.crb import spd_solve
-from flexor.forward import forward
+from flexor.forward import applied_forces, forward, solve_dynamics
 from flexor.rne import rne
 from flexor.types import Data, DisableBit, IntegratorType, JointType, Model
 
@@ -136,8 +136,10 @@ def euler(m: Model, d: Data) -> Data:
     if m.nv and not (m.opt.disabled(DisableBit.EULERDAMP) or m.opt.disabled(DisableBit.DAMPER)):
       def implicit() -> jax.Array:
         deriv, any_damping = passive.dof_damper_deriv(m, d.qvel)
-        damped = spd_solve(d.qM + jnp.diag(m.opt.timestep * deriv),
-                           d.qfrc_smooth + d.qfrc_constraint)
+        damping = m.opt.timestep * deriv
+        factor = crb.cholesky(jax.lax.stop_gradient(d.qM + jnp.diag(damping)))
+        damped = solve_dynamics(m, d, d.qfrc_smooth + d.qfrc_constraint,
+                                applied_forces(m, d) + (d.qfrc_constraint,), factor, damping)
         # MuJoCo's "any damping" test; on traced damping a select, both of whose values are
         # finite. Where it is known, forward's qacc and its gradient path leave the program.
         return math.known_where(any_damping, damped, qacc)

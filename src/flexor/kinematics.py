@@ -315,9 +315,8 @@ def _world_frames_jvp(primals, tangents):
     dqpos, dmocap_pos, dmocap_quat = _zeros((dqpos, dmocap_pos, dmocap_quat))
     twists = _mover_twists(m, qpos, mocap_quat, frames, before, dqpos, dmocap_pos, dmocap_quat)
     out = _frame_tangents(m, frames, twists, dqpos)
-  if not _is_zero(dm):
-    by_model = jax.jvp(lambda mm: _world(mm, qpos, mocap_pos, mocap_quat)[0], (m,),
-                       (_zeros(dm),))[1]
+  by_model = math.jvp_nonzero(lambda mm: _world(mm, qpos, mocap_pos, mocap_quat)[0], (m,), (dm,))
+  if by_model is not None:
     out = jax.tree_util.tree_map(jnp.add, out, by_model)
   return frames, out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 import jax
+from jax.custom_derivatives import SymbolicZero
 import jax.numpy as jnp
 import numpy as np
 
@@ -443,6 +444,26 @@ def static_where(mask: np.ndarray, x: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.where(mask, x, y)
   shape = jnp.broadcast_shapes(mask.shape, jnp.shape(x), jnp.shape(y))
   return jnp.broadcast_to(jnp.asarray(x if mask.all() else y, jnp.result_type(x, y)), shape)
+
+
+def jvp_nonzero(fn: Callable[..., Any], primals: tuple, tangents: tuple) -> Any:
+  """The tangent of ``fn(*primals)`` along ``tangents``, some of whose leaves may be symbolic
+  zeros (as a ``custom_jvp`` rule with ``symbolic_zeros=True`` receives them): only the leaves
+  with a tangent are differentiated, the others enter as constants. None where no leaf has one."""
+  is_zero = lambda t: isinstance(t, SymbolicZero)
+  flat, treedef = jax.tree_util.tree_flatten(primals)
+  flat_tangents = jax.tree_util.tree_leaves(tangents, is_leaf=is_zero)
+  live = [i for i, t in enumerate(flat_tangents) if not is_zero(t)]
+  if not live:
+    return None
+
+  def of_live(*values: Any) -> Any:
+    leaves = list(flat)
+    for i, value in zip(live, values):
+      leaves[i] = value
+    return fn(*jax.tree_util.tree_unflatten(treedef, leaves))
+
+  return jax.jvp(of_live, [flat[i] for i in live], [flat_tangents[i] for i in live])[1]
 
 
 @jax.custom_jvp
