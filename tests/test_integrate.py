@@ -347,7 +347,8 @@ def test_euler_without_dampers_solves_nothing_for_a_known_model():
 def test_euler_damped_backward_pass_factors_nothing_again():
   """With implicit damping Euler's step does not use forward's qacc: for a Model known while
   tracing, the step's gradient factors neither qM (whose solve it does not differentiate) nor
-  Euler's matrix again (the step's rematerialisation keeps the factor, ``crb.FACTOR``)."""
+  Euler's matrix again (the step's rematerialisation keeps the factor, ``crb.FACTOR``), and
+  solves for no acceleration again (it keeps them too)."""
   # three dofs: above math._UNROLLED, so that the factorisations are LAPACK's, and counted
   m = load_mjcf_string("""<mujoco><worldbody><body><joint type="hinge" axis="0 1 0" damping=".1"/>
     <joint type="hinge" axis="1 0 0" damping=".1"/><joint type="hinge" axis="0 0 1" damping=".1"/>
@@ -361,3 +362,8 @@ def test_euler_damped_backward_pass_factors_nothing_again():
   choleskys = lambda f, *args: support.primitives(jax.make_jaxpr(f)(*args).jaxpr)["cholesky"]
   assert choleskys(lambda d: step(m, d), d) == 2  # qM's and Euler's
   assert choleskys(jax.grad(final, (0, 1)), d.qpos, d.qvel) == 2
+  # the solves: qM's and Euler's in the forward pass, and Euler's tangent in the backward pass,
+  # which does not solve for the accelerations again (``forward.ACCELERATION``)
+  solves = lambda f, *args: support.primitives(jax.make_jaxpr(f)(*args).jaxpr)["triangular_solve"]
+  assert solves(lambda d: step(m, d), d) == 4
+  assert solves(jax.grad(final, (0, 1)), d.qpos, d.qvel) == 6

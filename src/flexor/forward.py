@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 
 import jax
+from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 import jax.numpy as jnp
 
@@ -32,6 +33,12 @@ from flexor.rne import rne, rne_bias
 from flexor.sensor import energy, sensor_acc, sensor_pos, sensor_vel
 from flexor.tendon import tendon, tendon_velocity
 from flexor.types import ContactGradient, Data, EnableBit, Model
+
+
+# The name (``jax.ad_checkpoint.checkpoint_name``) of ``solve_dynamics``' result, which a step's
+# rematerialisation (``integrate.step``) keeps for the backward pass: the tangent needs the
+# accelerations, and recomputing them re-ran the force sums, the bias force and the solve.
+ACCELERATION = "accelerations"
 
 
 def fwd_position(m: Model, d: Data) -> Data:
@@ -126,7 +133,7 @@ def _solve_dynamics(m: Model, d: Data, qfrc: jax.Array, forces: tuple[jax.Array,
 def _solve_dynamics_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
   m, d, qfrc, forces, damping, factor = primals
   dm, dd, _, dforces, ddamping, _ = tangents
-  qacc = math.cho_solve(factor, qfrc)
+  qacc = checkpoint_name(math.cho_solve(factor, qfrc), ACCELERATION)
   rhs = [t for t in dforces if not isinstance(t, SymbolicZero)]
   moved = math.jvp_nonzero(lambda m, d: inverse_dynamics(m, d, qacc), (m, d), (dm, dd))
   rhs += [-moved] if moved is not None else []

@@ -30,7 +30,7 @@ import numpy as np
 
 from flexor import actuation, crb, history, kinematics, math, passive, sensor, solver
 from flexor.crb import spd_solve
-from flexor.forward import applied_forces, forward, solve_dynamics
+from flexor.forward import ACCELERATION, applied_forces, forward, solve_dynamics
 from flexor.rne import rne
 from flexor.types import Data, DisableBit, IntegratorType, JointType, Model
 
@@ -406,13 +406,14 @@ def _loops_saveable(prim: jax.extend.core.Primitive, *args, **params) -> bool:
   (the collision searches, the active-row passes), the values named ``solver.LOOP_RESULT``
   (the solvers' results, from which the backward pass recomputes what the tangent needs) and
   those named ``kinematics.FRAMES`` (the world frames, all that the position tangents need from
-  forward kinematics, whose recomputation was a smooth model's most kernels) and
-  ``crb.FACTOR`` (the Cholesky factors, whose solves' tangents reuse them)."""
+  forward kinematics, whose recomputation was a smooth model's most kernels), ``crb.FACTOR``
+  (the Cholesky factors, whose solves' tangents reuse them) and ``forward.ACCELERATION`` (the
+  accelerations of ``forward.solve_dynamics``, whose tangent needs them)."""
   return prim is jax.lax.while_p or _named_saveable(prim, *args, **params)
 
 
-_named_saveable = jax.checkpoint_policies.save_only_these_names(solver.LOOP_RESULT,
-                                                                kinematics.FRAMES, crb.FACTOR)
+_named_saveable = jax.checkpoint_policies.save_only_these_names(
+    solver.LOOP_RESULT, kinematics.FRAMES, crb.FACTOR, ACCELERATION)
 
 
 def _step(m: Model, d: Data) -> Data:
