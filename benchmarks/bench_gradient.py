@@ -5,7 +5,9 @@ Two tables per model, both measured on a batch of random states (``jax.vmap``), 
 * **rollout**: a ``--steps``-step rollout and the gradient of sum(final qpos) w.r.t. the initial
   qvel, with the scan storing every step's residuals (flexor's default) and with
   ``checkpoint_every=1`` (each step recomputed in the backward pass): compile and run times,
-  and the gradient's cost over the forward's.
+  and the gradient's cost over the forward's; with ``--mjx``, MJX's rollout (a ``lax.scan`` of
+  ``mjx.step`` from the same states) and its gradient beside them, and flexor's compile and
+  run times over MJX's.
 * **one step**: the compiled size of one batched ``flexor.step`` and of its VJP w.r.t. qpos and
   qvel (HLO instructions of the entry computation, fusions), and the arrays the forward saves
   for the backward. The backward of a step launches many small kernels; these counts, not flops,
@@ -91,17 +93,50 @@ def _loss(m: Any, d: Any, steps: int, every: int | None = None) -> Callable[[Any
   return loss
 
 
-def rollout_table(m: Any, d: Any, steps: int, repeat: int) -> list[list[str]]:
-  """Rows (what, compile s, run ms, x forward) of the rollout and its gradients."""
+def _mjx_loss(mj: Any, d: Any, steps: int) -> Callable[[Any], Any]:
+  """``_loss`` for MJX: qvel -> sum of the final qpos of a ``lax.scan`` of ``mjx.step`` from the
+  batch d's states and controls (MJX's own way; it has no rematerialisation)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from mujoco import mjx  # pylint: disable=import-outside-toplevel
+  mm = mjx.put_model(mj)
+  base = mjx.make_data(mm)
+  batch = d.qpos.shape[0]
+  dm = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), base)
+  dm = dm.replace(qpos=d.qpos, ctrl=d.ctrl)
+
+  def loss(qvel):
+    run = lambda x: jax.lax.scan(lambda x, _: (mjx.step(mm, x), None), x, None,
+                                 length=steps)[0].qpos
+    return jnp.sum(jax.vmap(run)(dm.replace(qvel=qvel)))
+  return loss
+
+
+def rollout_table(m: Any, d: Any, steps: int, repeat: int, mj: Any = None
+                  ) -> list[list[str]]:
+  """Rows (what, compile s, run ms, x forward) of the rollout and its gradients; with ``mj``, also
+  MJX's rollout and gradient (x its own forward) and flexor's times over MJX's."""
   import jax  # pylint: disable=import-outside-toplevel
 
-  rows, forward = [], None
-  for what, fn in [("forward", _loss(m, d, steps)),
-                   ("gradient", jax.grad(_loss(m, d, steps))),
-                   ("gradient, checkpoint_every=1", jax.grad(_loss(m, d, steps, every=1)))]:
-    compile_s, run_s = _timed(fn, (d.qvel,), repeat)
-    forward = forward or run_s
-    rows.append([what, f"{compile_s:.1f}", f"{1e3 * run_s:.2f}", f"{run_s / forward:.2f}"])
+  programs = [("forward", _loss(m, d, steps)), ("gradient", jax.grad(_loss(m, d, steps))),
+              ("gradient, checkpoint_every=1", jax.grad(_loss(m, d, steps, every=1)))]
+  if mj is not None:
+    programs += [("MJX forward", _mjx_loss(mj, d, steps)),
+                 ("MJX gradient", jax.grad(_mjx_loss(mj, d, steps)))]
+  rows, times = [], {}
+  for what, fn in programs:
+    try:
+      times[what] = _timed(fn, (d.qvel,), repeat)
+    except Exception as e:  # pylint: disable=broad-except
+      rows.append([what, f"failed ({type(e).__name__})", "", ""])
+      continue
+    compile_s, run_s = times[what]
+    own = times["MJX forward" if what.startswith("MJX") else "forward"][1]
+    rows.append([what, f"{compile_s:.1f}", f"{1e3 * run_s:.2f}", f"{run_s / own:.2f}"])
+  for what in ("forward", "gradient"):
+    if f"MJX {what}" in times:
+      (c, r), (mc, mr) = times[what], times[f"MJX {what}"]
+      rows.append([f"flexor / MJX, {what}", f"{c / mc:.2f}", f"{r / mr:.2f}", ""])
   return rows
 
 
@@ -266,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--stages", action="store_true",
                       help="also profile the rollout gradient and charge its kernels to stages")
+  parser.add_argument("--mjx", action="store_true",
+                      help="also time MJX's rollout and its gradient, side by side")
   args = parser.parse_args(argv)
   import jax  # pylint: disable=import-outside-toplevel
   if args.dtype == "float64":
@@ -278,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     d = _batch(m, mj, args.batch, args.seed)
     print(f"\n## {name} (nv {m.nv}, nbody {m.nbody}, njmax {m.njmax})\n")
     _markdown(["rollout", "compile s", "run ms", "x forward"],
-              rollout_table(m, d, args.steps, args.repeat))
+              rollout_table(m, d, args.steps, args.repeat, mj if args.mjx else None))
     print()
     _markdown(["one step", "HLO instructions", "fusions", "residual arrays",
                "residual floats / env"], step_table(m, d))

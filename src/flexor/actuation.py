@@ -173,7 +173,7 @@ def act_dot(m: Model, d: Data, ctrl: jax.Array) -> tuple[jax.Array, jax.Array]:
   dtype = d.qpos.dtype
   h = m.opt.timestep
   out = jnp.zeros(m.na, dtype=dtype)
-  length, velocity = d.actuator_length, d.actuator_velocity
+  length = d.actuator_length
 
   act = _of(m, "actuator_dyntype", DynType.INTEGRATOR)
   if act.size:

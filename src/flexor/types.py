@@ -18,7 +18,6 @@ import hashlib
 from typing import Any, ClassVar, get_type_hints
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
