@@ -146,8 +146,9 @@ def _joint_spring(m: Model, d: Data) -> jax.Array:
   if not forces:
     return jnp.zeros(m.nv, dtype=d.qpos.dtype)
   # Each dof reads its force, or a trailing zero, by a static selection (math.take) rather than
-  # a scatter into zeros: a loop on XLA's CPU backend, and one that its legacy emitters at
-  # optimization level 0 (the test suite's flags) miscompiled in forward mode.
+  # a scatter into zeros, which XLA's CPU backend runs as a loop. (Under the test suite's XLA
+  # flags, the scatter's forward-mode tangent came out wrong in some programs: benchmarks/README.md,
+  # "A miscompilation under the test suite's XLA flags".)
   count = sum(f.shape[0] for f in forces)
   source = np.full(m.nv, count)
   source[np.concatenate(dofs)] = np.arange(count)
