@@ -540,7 +540,9 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
   sd = _unit2(project(sc))
   sd = (sd[0] * radius, sd[1] * radius)
 
-  wlen, c0, c1, ok = _wrap_circle(end0, end1, sd, has_side, radius)
+  # the chosen tangent points go to memory once: XLA would otherwise recompute the choice (both
+  # candidate pairs, their intersection tests) inside every later kernel that reads them
+  wlen, c0, c1, ok = math.materialize(_wrap_circle(end0, end1, sd, has_side, radius))
   inside = has_side & (norm3(sc) < radius)
   # only spans with a sidesite can wrap inside: where that is static, solve only those
   if not isinstance(has_side, np.ndarray) or has_side.all():
