@@ -402,9 +402,10 @@ def _inside_setup(end0: Vec2, end1: Vec2, radius: jax.Array):
 
 
 def _inside_solve(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array):
-  """The touching point by Newton's method where ``needed`` (n,) bool and it converges, and
-  whether it did (n,) as 1.0 or 0.0; the point is zero elsewhere."""
-  A, B, cos_g, _, solve = _inside_setup(end0, end1, radius)
+  """wrap_inside on every span: the touching point (Newton's method where ``needed`` (n,) bool;
+  where it is not needed or does not converge, MuJoCo's initial guess, the direction of the
+  segment's midpoint at the radius) and whether a wrap exists, (n,) as 1.0 or 0.0."""
+  A, B, cos_g, ok, solve = _inside_setup(end0, end1, radius)
   G = jnp.arccos(jnp.where(solve, cos_g, 0.0))
   phi, converged = _newton_inside(*(jax.lax.stop_gradient(x) for x in (A, B, G)),
                                   solve & needed)
@@ -416,57 +417,50 @@ def _inside_solve(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array):
   ang = phi - jnp.where(ccw, jnp.arcsin(A * z), jnp.arcsin(B * z))
   cos, sin = jnp.cos(ang), jnp.sin(ang)
   pnt = (radius * (cos * vec[0] - sin * vec[1]), radius * (sin * vec[0] + cos * vec[1]))
-  return _where2(converged, pnt, (0.0, 0.0)), converged.astype(radius.dtype)
+  mid = _unit2((0.5 * (end0[0] + end1[0]), 0.5 * (end0[1] + end1[1])))
+  pnt = _where2(converged, pnt, (mid[0] * radius, mid[1] * radius))
+  return pnt, ok.astype(radius.dtype)
 
 
 @jax.custom_jvp
-def _inside_point(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array):
-  """``_inside_solve``, run only where some span of the batch needs it (``math.run_if``):
-  sidesites inside their geoms are rare, and the solve's transcendentals cost more than the
-  rest of a wrap. Differentiated by its rule below, which runs the same gate."""
+def _wrap_inside(end0: Vec2, end1: Vec2, radius: jax.Array, inside: jax.Array):
+  """Wrap of 2D segments whose sidesite lies inside the geom (wrap_inside), for the spans where
+  ``inside`` (n,) bool: the point where the tendon touches the circle (both tangent points)
+  and whether it wraps, (n,) as 1.0 or 0.0; the arc length is zero.
+
+  The tendon is pulled onto the circle and touches it at one point, where its two straight
+  pieces make equal angles with the radius. Sidesites inside their geoms are rare, and this
+  costs more than the rest of a wrap: it runs only where some span of the batch has one
+  (``math.run_if``); elsewhere the results are zeros, which the caller does not read.
+  Differentiated by its rule below, which runs the same gate."""
   zero = jnp.zeros_like(radius)
-  return math.run_if(jnp.any(needed), ((zero, zero), zero), _inside_solve, end0, end1, radius,
-                     needed)
+  return math.run_if(jnp.any(inside), ((zero, zero), zero), _inside_solve, end0, end1, radius,
+                     inside)
 
 
-@_inside_point.defjvp
-def _inside_point_jvp(primals, tangents):
-  end0, end1, radius, needed = primals
+@_wrap_inside.defjvp
+def _wrap_inside_jvp(primals, tangents):
+  end0, end1, radius, inside = primals
 
   def with_jacobian(x: jax.Array) -> tuple[tuple[Vec2, jax.Array], jax.Array]:
     """The solve at x = [end0, end1, radius] (n, 5) and each span's Jacobian (n, 2, 5): spans
     are independent, so one tangent direction per input component gives it."""
     def solve(x):
-      pnt, converged = _inside_solve((x[:, 0], x[:, 1]), (x[:, 2], x[:, 3]), x[:, 4], needed)
-      return jnp.stack(pnt, -1), converged
-    (pnt, converged), linear = jax.linearize(solve, x)
+      pnt, ok = _inside_solve((x[:, 0], x[:, 1]), (x[:, 2], x[:, 3]), x[:, 4], inside)
+      return jnp.stack(pnt, -1), ok
+    (pnt, ok), linear = jax.linearize(solve, x)
     jacobian = jax.vmap(lambda e: linear(jnp.broadcast_to(e, x.shape))[0], out_axes=-1)(
         jnp.eye(5, dtype=x.dtype))
-    return ((pnt[:, 0], pnt[:, 1]), converged), jacobian
+    return ((pnt[:, 0], pnt[:, 1]), ok), jacobian
 
   x = jnp.stack([*end0, *end1, radius], -1)
   zero = jnp.zeros_like(radius)
-  ((pnt, converged), jacobian) = math.run_if(
-      jnp.any(needed), (((zero, zero), zero), jnp.zeros(radius.shape + (2, 5), x.dtype)),
+  ((pnt, ok), jacobian) = math.run_if(
+      jnp.any(inside), (((zero, zero), zero), jnp.zeros(radius.shape + (2, 5), x.dtype)),
       with_jacobian, x)
   dx = (*tangents[0], *tangents[1], tangents[2])
   dpnt = tuple(sum(jacobian[:, i, j] * dx[j] for j in range(5)) for i in range(2))
-  return (pnt, converged), (dpnt, jnp.zeros_like(converged))
-
-
-def _wrap_inside(end0: Vec2, end1: Vec2, radius: jax.Array, inside: jax.Array):
-  """Wrap of a 2D segment whose sidesite lies inside the geom (wrap_inside), solved where
-  ``inside`` (n,) bool.
-
-  The tendon is pulled onto the circle and touches it at one point, where its two straight
-  pieces make equal angles with the radius. Returns the point (both tangent points) and
-  wrapped (n,) bool; the arc length is zero. Where Newton's method does not converge, MuJoCo
-  keeps its initial guess, the direction of the segment's midpoint.
-  """
-  ok = _inside_setup(end0, end1, radius)[3]
-  mid = _unit2((0.5 * (end0[0] + end1[0]), 0.5 * (end0[1] + end1[1])))
-  pnt, converged = _inside_point(end0, end1, radius, inside)
-  return _where2(converged > 0, pnt, (mid[0] * radius, mid[1] * radius)), ok
+  return (pnt, ok), (dpnt, jnp.zeros_like(ok))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -549,7 +543,7 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
     q, ok_inside = _wrap_inside(end0, end1, radius, inside)
   else:
     sub = np.flatnonzero(has_side)
-    q, ok_inside = (jnp.zeros_like(radius), jnp.zeros_like(radius)), jnp.zeros_like(ok)
+    q, ok_inside = (jnp.zeros_like(radius), jnp.zeros_like(radius)), jnp.zeros_like(radius)
     if sub.size:
       q_sub, ok_sub = _wrap_inside((end0[0][sub], end0[1][sub]), (end1[0][sub], end1[1][sub]),
                                    radius[sub], inside[sub])
@@ -557,7 +551,7 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
       ok_inside = ok_inside.at[sub].set(ok_sub)
   wlen = jnp.where(inside, 0.0, wlen)
   res0, res1 = lift(_where2(inside, q, c0)), lift(_where2(inside, q, c1))
-  wrapped = off_centre & jnp.where(inside, ok_inside, ok)
+  wrapped = off_centre & jnp.where(inside, ok_inside > 0, ok)
 
   if cylinder.any():
     # the tangent points' heights interpolate the sites' along the unrolled path: a helix
