@@ -602,16 +602,34 @@ def wrap_spans(m: Model, d: Data, path: Path, x0: jax.Array, x1: jax.Array):
 
 
 def _path_points(m: Model, path: Path, points: jax.Array, wrapped: jax.Array):
-  """ten_wrapadr, ten_wrapnum (ntendon,), wrap_obj (nwrap, 2), wrap_xpos (nwrap, 6)."""
+  """ten_wrapadr, ten_wrapnum (ntendon,), wrap_obj (nwrap, 2), wrap_xpos (nwrap, 6).
+
+  Only the tangent points come and go, two at a time with their span's wrap: a point's row is
+  its static position less twice the number of absent pairs before it, a running count over
+  the wrapping spans rather than over all points (XLA's CPU backend runs a cumulative sum in
+  time quadratic in its length)."""
+  npoint = path.point_ten.size
+  first = np.flatnonzero(np.diff(path.point_cond, prepend=-1) > 0)      # each pair's T0
+  before = np.searchsorted(first + 1, np.arange(npoint), side="left")   # pairs ended before
+  absent = (~wrapped[path.point_cond[first]]).astype(jnp.int32)
+  gone = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(absent)])  # absent among the first k
   present = jnp.where(path.point_cond >= 0, wrapped[np.maximum(path.point_cond, 0)], True)
-  count = present.astype(jnp.int32)
-  slot = jnp.where(present, jnp.cumsum(count) - 1, 2 * m.nwrap)   # absent: dropped
+  slot = jnp.where(present, np.arange(npoint, dtype=np.int32) - 2 * math.take(gone, before),
+                   2 * m.nwrap)
   xpos = jnp.zeros((2 * m.nwrap, 3), dtype=points.dtype)
   xpos = xpos.at[slot].set(points[path.point_src], mode="drop")
   obj = jnp.zeros(2 * m.nwrap, dtype=jnp.int32).at[slot].set(
       jnp.asarray(path.point_obj), mode="drop")
-  wrapnum = _segment_sum(count, path.point_ten, m.ntendon)
-  wrapadr = jnp.cumsum(wrapnum) - wrapnum
+  # per tendon: its points are contiguous in emission order, and so are its pairs
+  ten = np.arange(m.ntendon)
+  start = np.searchsorted(path.point_ten, ten, side="left").astype(np.int32)
+  end = np.searchsorted(path.point_ten, ten, side="right").astype(np.int32)
+  pair_ten = path.point_ten[first]
+  pstart = np.searchsorted(pair_ten, ten, side="left")
+  pend = np.searchsorted(pair_ten, ten, side="right")
+  gone_start, gone_end = math.take(gone, pstart), math.take(gone, pend)
+  wrapadr = start - 2 * gone_start
+  wrapnum = end - start - 2 * (gone_end - gone_start)
   return wrapadr, wrapnum, obj.reshape(m.nwrap, 2), xpos.reshape(m.nwrap, 6)
 
 
