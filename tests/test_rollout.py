@@ -21,7 +21,8 @@ import support
 from flexor import make_data
 from flexor.integrate import step
 from flexor.mjcf.from_mujoco import from_mujoco
-from flexor.rollout import batch_rollout, model_axes, observation, perturb_state, rollout
+from flexor.rollout import (batch_rollout, model_axes, observation, perturb_state, rollout,
+                            seed_tangents)
 
 # Central differences in float64 with EPS = 1e-6: truncation ~EPS^2 and rounding ~1e-16/EPS, both
 # far below the 1e-6 relative tolerance.
@@ -85,6 +86,43 @@ def test_grad_initial_state(integrator):
     v = rng.normal(size=x.shape)
     f = lambda y, field=field: float(_loss_jit(fm, d.replace(**{field: jnp.asarray(y)}), ctrl))
     _check_directional(f, float(np.dot(np.asarray(grad), v)), x, v)
+
+
+def _reaches_output(closed: jax.extend.core.ClosedJaxpr) -> bool:
+  """Whether the first output of a jaxpr is computed from its first input."""
+  live = {closed.jaxpr.invars[0]}
+  for eqn in closed.jaxpr.eqns:
+    if any(isinstance(v, jax.extend.core.Var) and v in live for v in eqn.invars):
+      live.update(eqn.outvars)
+  return closed.jaxpr.outvars[0] in live
+
+
+def test_seeded_tangents_change_no_value_and_no_gradient():
+  """``seed_tangents``, which rollout applies to its initial Data, leaves the rollout's values and
+  gradient those of a plain ``lax.scan`` of ``step``, while giving the outputs of a step (xpos)
+  a tangent from qvel's alone: the carries that reverse mode through the scan would otherwise
+  find by linearizing the step again and again."""
+  _, fm = _model()
+  d, ctrl = _data(fm), _ctrl(fm)
+
+  def plain(qvel):
+    def body(d, c):
+      d = step(fm, d.replace(ctrl=c))
+      return d, d.qpos
+    final, qpos = jax.lax.scan(body, d.replace(qvel=qvel), ctrl)
+    return jnp.sum(jnp.sin(qpos)) + jnp.sum(final.qvel ** 2)
+
+  seeded = lambda qvel: _loss(fm, d.replace(qvel=qvel), ctrl)
+  np.testing.assert_array_equal(jax.jit(seeded)(d.qvel), jax.jit(plain)(d.qvel))
+  np.testing.assert_allclose(jax.jit(jax.grad(seeded))(d.qvel), jax.jit(jax.grad(plain))(d.qvel),
+                             rtol=1e-12, atol=1e-12)
+
+  def reached(seed, field):
+    tangent = lambda t: getattr(jax.jvp(lambda v: seed(d.replace(qvel=v)), (d.qvel,), (t,))[1],
+                                field)
+    return _reaches_output(jax.make_jaxpr(tangent)(d.qvel))
+  assert reached(seed_tangents, "xpos") and not reached(lambda d: d, "xpos")
+  assert not reached(seed_tangents, "ctrl")   # an input: a tangent there would enter the forces
 
 
 @pytest.mark.parametrize("field", ["body_mass", "dof_damping", "opt.timestep"])

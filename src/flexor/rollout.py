@@ -9,6 +9,7 @@ observation (closed loop); ``checkpoint_every`` trades recomputation for memory 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Sequence
 
 import jax
@@ -104,10 +105,48 @@ def rollout(m: Model, d: Data, control: jax.Array | Policy | None = None, params
     return jax.lax.scan(body, d, xs, length=length)
 
   xs = (ctrl_seq, disturbance)
+  d = seed_tangents(d)
   with jax.named_scope("rollout"):
     if checkpoint_every is None or checkpoint_every >= nstep:
       return scan(d, xs, nstep)
     return _checkpointed_scan(scan, d, xs, nstep, checkpoint_every)
+
+
+# The Data fields that a step reads and never writes (MuJoCo's inputs), and the time: fields whose
+# tangent ``seed_tangents`` leaves alone, since a tangent there would enter the step's forces.
+_UNSEEDED = ("time", "ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat")
+
+
+def seed_tangents(d: Data) -> Data:
+  """``d`` itself, differentiated as if every real field but the inputs (``_UNSEEDED``)
+  depended, with derivative zero, on every real field of ``d``.
+
+  Reverse mode through ``lax.scan`` finds the carries that have a tangent by a fixpoint: it
+  linearizes the step with the carries known to have one, then again with those it found, until
+  no new one appears. From a tangent on qvel alone that took three linearizations of the whole
+  step (1, then 15, then 36 carries with a tangent on dm_control's cheetah), a third of the
+  rollout gradient's trace. Seeded, the first linearization already has the fixpoint. The carries
+  seeded beyond it hold zero tangents: outputs that the step overwrites without reading them,
+  or states that have none (act without muscles), whose zeros the step carries along."""
+  real = [f.name for f in dataclasses.fields(d)
+          if jnp.issubdtype(jnp.result_type(getattr(d, f.name)), jnp.inexact)]
+  seeded = {name: getattr(d, name) for name in real if name not in _UNSEEDED}
+  return d.replace(**_entangle({name: getattr(d, name) for name in real}, seeded))
+
+
+@jax.custom_jvp
+def _entangle(source: dict[str, jax.Array], fields: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """``fields``, whose tangents are their own plus zero times those of ``source``."""
+  del source
+  return fields
+
+
+@_entangle.defjvp
+def _entangle_jvp(primals: tuple, tangents: tuple) -> tuple:
+  _, fields = primals
+  dsource, dfields = tangents
+  zero = 0 * sum(jnp.sum(t) for t in jax.tree.leaves(dsource))
+  return fields, jax.tree.map(lambda t: t + zero.astype(t.dtype), dfields)
 
 
 def perturb_state(m: Model, d: Data, dx: jax.Array) -> Data:
