@@ -391,47 +391,60 @@ def fixed_camlight(m: Model, d: Data) -> tuple[jax.Array, ...]:
 
 
 def _modes(mode: np.ndarray, target: np.ndarray, body: np.ndarray, d: Data, fixed_pos: jax.Array,
-           pos0: jax.Array, poscom0: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(position, whether the orientation is the stored one, the point looked at) of cameras or
-  lights in their modes: tracking modes move with the body or its subtree com at a stored
-  orientation; target modes keep the fixed position and look at the target body or its com."""
+           pos0: jax.Array, poscom0: jax.Array) -> tuple[jax.Array, np.ndarray, np.ndarray,
+                                                         jax.Array | None]:
+  """(position, whether the orientation is the stored one, whether aimed at a target, the point
+  looked at or None where nothing aims) of cameras or lights in their modes: tracking modes move
+  with the body or its subtree com at a stored orientation; target modes keep the fixed position
+  and look at the target body or its com (without a target, the mode acts as fixed). The modes
+  are static: a mode no element has costs nothing."""
   col = lambda x: x[:, None]
-  pos = jnp.where(col(mode == CamLight.TRACK), d.xpos[body] + pos0,
-                  jnp.where(col(mode == CamLight.TRACKCOM), d.subtree_com[body] + poscom0,
-                            fixed_pos))
+  where = math.static_where
+  pos = where(col(mode == CamLight.TRACKCOM), d.subtree_com[body] + poscom0, fixed_pos)
+  pos = where(col(mode == CamLight.TRACK), d.xpos[body] + pos0, pos)
   tracking = col(np.isin(mode, (CamLight.TRACK, CamLight.TRACKCOM)))
-  aim = np.maximum(target, 0)
-  lookat = jnp.where(col(mode == CamLight.TARGETBODY), d.xpos[aim], d.subtree_com[aim])
-  return pos, tracking, lookat
+  aimed = col(np.isin(mode, (CamLight.TARGETBODY, CamLight.TARGETBODYCOM)) & (target >= 0))
+  lookat = None
+  if aimed.any():
+    aim = np.maximum(target, 0)
+    lookat = where(col(mode == CamLight.TARGETBODY), d.xpos[aim], d.subtree_com[aim])
+  return pos, tracking, aimed, lookat
 
 
 def camlight(m: Model, d: Data) -> Data:
   """Computes cam_xpos, cam_xmat, light_xpos, light_xdir (mj_camlight), after com_pos.
 
   A targeting camera's z axis points away from what it looks at and its x axis is horizontal
-  (orthogonal to the world's z); a targeting light points at it. Without a target the mode
-  acts as fixed."""
+  (orthogonal to the world's z); a targeting light points at it."""
   if not m.ncam and not m.nlight:
     return d
+  where = math.static_where
   with jax.named_scope("camlight"):
-    cam_xpos, cam_xmat, light_xpos, light_xdir = fixed_camlight(m, d)
-    targets = lambda mode, target: (np.isin(mode, (CamLight.TARGETBODY, CamLight.TARGETBODYCOM))
-                                    & (target >= 0))[:, None]
+    tracks = lambda mode: np.isin(mode, (CamLight.TRACK, CamLight.TRACKCOM))
+    if tracks(m.cam_mode).all() and tracks(m.light_mode).all():
+      # every one moves with its body at a stored orientation (dm_control's cameras and lights):
+      # no fixed pose is read, and none is traced or differentiated
+      dtype = d.xpos.dtype
+      cam_xpos, cam_xmat = jnp.zeros((m.ncam, 3), dtype), jnp.zeros((m.ncam, 3, 3), dtype)
+      light_xpos, light_xdir = jnp.zeros((m.nlight, 3), dtype), jnp.zeros((m.nlight, 3), dtype)
+    else:
+      cam_xpos, cam_xmat, light_xpos, light_xdir = fixed_camlight(m, d)
     if m.ncam:
-      cam_xpos, tracking, lookat = _modes(m.cam_mode, m.cam_targetbodyid, m.cam_bodyid, d,
-                                          cam_xpos, m.cam_pos0, m.cam_poscom0)
-      z = _unit3(cam_xpos - lookat)
-      x = _unit3(math.cross(jnp.broadcast_to(jnp.eye(3, dtype=z.dtype)[2], z.shape), z))
-      look = jnp.stack([x, _unit3(math.cross(z, x)), z], axis=-1)
-      aimed = targets(m.cam_mode, m.cam_targetbodyid)[..., None]
-      cam_xmat = jnp.where(tracking[..., None], m.cam_mat0.reshape(-1, 3, 3),
-                           jnp.where(aimed, look, cam_xmat))
+      cam_xpos, tracking, aimed, lookat = _modes(m.cam_mode, m.cam_targetbodyid, m.cam_bodyid,
+                                                 d, cam_xpos, m.cam_pos0, m.cam_poscom0)
+      if lookat is not None:
+        z = _unit3(cam_xpos - lookat)
+        x = _unit3(math.cross(jnp.broadcast_to(jnp.eye(3, dtype=z.dtype)[2], z.shape), z))
+        look = jnp.stack([x, _unit3(math.cross(z, x)), z], axis=-1)
+        cam_xmat = where(aimed[..., None], look, cam_xmat)
+      cam_xmat = where(tracking[..., None], m.cam_mat0.reshape(-1, 3, 3), cam_xmat)
     if m.nlight:
-      light_xpos, tracking, lookat = _modes(m.light_mode, m.light_targetbodyid, m.light_bodyid,
-                                            d, light_xpos, m.light_pos0, m.light_poscom0)
-      aimed = targets(m.light_mode, m.light_targetbodyid)
-      light_xdir = _unit3(jnp.where(tracking, m.light_dir0,
-                                    jnp.where(aimed, lookat - light_xpos, light_xdir)))
+      light_xpos, tracking, aimed, lookat = _modes(m.light_mode, m.light_targetbodyid,
+                                                   m.light_bodyid, d, light_xpos, m.light_pos0,
+                                                   m.light_poscom0)
+      if lookat is not None:
+        light_xdir = where(aimed, lookat - light_xpos, light_xdir)
+      light_xdir = _unit3(where(tracking, m.light_dir0, light_xdir))
   return d.replace(cam_xpos=cam_xpos, cam_xmat=cam_xmat, light_xpos=light_xpos,
                    light_xdir=light_xdir)
 
