@@ -64,7 +64,6 @@ def normalize(x: jax.Array) -> jax.Array:
   return jnp.where(n < MINVAL, x, x / jnp.where(n < MINVAL, 1.0, n))
 
 
-@jax.custom_jvp
 def rounded(x: jax.Array) -> jax.Array:
   """x itself (nextafter(x, x)), opaque to XLA: a product passed through it is rounded before a
   later sum, where XLA's CPU backend would otherwise fuse the two into a multiply-add. MuJoCo
@@ -72,14 +71,20 @@ def rounded(x: jax.Array) -> jax.Array:
   quadrilaterals a contact search keeps), flexor rounds as MuJoCo does.
 
   Only in float64, the one precision in which flexor can reproduce MuJoCo's bits: elsewhere x
-  passes untouched, since nextafter costs about twenty integer operations an element (in
-  float32 it made the humanoid's forward kinematics over twice as slow)."""
-  return jax.lax.nextafter(x, x) if x.dtype == jnp.float64 else x
+  itself, with no trace of the barrier in the program, since nextafter costs about twenty
+  integer operations an element (in float32 it made the humanoid's forward kinematics over
+  twice as slow) and every derivative rule costs tracing time in reverse mode."""
+  return _round_barrier(x) if x.dtype == jnp.float64 else x
 
 
-@rounded.defjvp
-def _rounded_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
-  return rounded(primals[0]), tangents[0]
+@jax.custom_jvp
+def _round_barrier(x: jax.Array) -> jax.Array:
+  return jax.lax.nextafter(x, x)
+
+
+@_round_barrier.defjvp
+def _round_barrier_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
+  return _round_barrier(primals[0]), tangents[0]
 
 
 @jax.custom_jvp
