@@ -113,7 +113,8 @@ def rollout(m: Model, d: Data, control: jax.Array | Policy | None = None, params
 
 
 # The Data fields that a step reads and never writes (MuJoCo's inputs), and the time: fields whose
-# tangent ``seed_tangents`` leaves alone, since a tangent there would enter the step's forces.
+# tangent ``seed_tangents`` leaves alone, since the step would differentiate what it computes
+# from them.
 _UNSEEDED = ("time", "ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat")
 
 
@@ -124,8 +125,8 @@ def seed_tangents(d: Data) -> Data:
   Reverse mode through ``lax.scan`` finds the carries that have a tangent by a fixpoint: it
   linearizes the step with the carries known to have one, then again with those it found, until
   no new one appears. From a tangent on qvel alone that took three linearizations of the whole
-  step (1, then 15, then 36 carries with a tangent on dm_control's cheetah), a third of the
-  rollout gradient's trace. Seeded, the first linearization already has the fixpoint. The carries
+  step (1, then 15, then 36 carries with a tangent on dm_control's cheetah), a fifth to a third
+  of the rollout gradient's trace (measured on four models). Seeded, the first linearization already has the fixpoint. The carries
   seeded beyond it hold zero tangents: outputs that the step overwrites without reading them,
   or states that have none (act without muscles), whose zeros the step carries along."""
   real = [f.name for f in dataclasses.fields(d)
