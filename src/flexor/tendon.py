@@ -250,7 +250,7 @@ def _behind(side: Vec2, end0: Vec2, end1: Vec2) -> jax.Array:
   the circle as seen from the segment end0-end1 (MuJoCo 4.0's sidesite test, measured)."""
   ce = _cross2(end0, end1)
   neg0, neg1 = (-end0[0], -end0[1]), (-end1[0], -end1[1])
-  cone = (_cross2(neg0, side) * ce >= 0) & (_cross2(side, neg1) * ce >= 0)
+  cone = jnp.minimum(_cross2(neg0, side) * ce, _cross2(side, neg1) * ce) >= 0
   return jnp.where(ce == 0, _dot2(end0, end1) < 0, cone)
 
 
@@ -267,13 +267,15 @@ def _tangents(end0: Vec2, end1: Vec2, radius: jax.Array, sgn: float) -> tuple[Ve
   return s0, s1
 
 
-def _wrap_circle(end0: Vec2, end1: Vec2, side: Vec2, has_side: jax.Array, radius: jax.Array):
+def _wrap_circle(end0: Vec2, end1: Vec2, side: Vec2, has_side: jax.Array, behind: jax.Array,
+                 radius: jax.Array):
   """Shortest (or sidesite-directed) wrap of a 2D segment around a circle (wrap_circle).
 
   Args:
     end0, end1: endpoints in the wrap plane, (n,) pairs.
-    side: sidesite direction scaled to the radius (ignored where not has_side).
+    side: sidesite direction, of any non-zero length (ignored where not has_side).
     has_side: (n,) bool.
+    behind: (n,) bool, ``has_side & _behind(side, end0, end1)``.
     radius: (n,).
   Returns:
     length (n,) of the arc, the two tangent points, wrapped (n,) bool (MuJoCo's length >= 0).
@@ -288,7 +290,6 @@ def _wrap_circle(end0: Vec2, end1: Vec2, side: Vec2, has_side: jax.Array, radius
   a = jnp.clip(-_safe_div(_dot2(dif, end0), dd), 0.0, 1.0)
   near = (a * dif[0] + end0[0], a * dif[1] + end0[1])
   crosses = ~(_dot2(near, near) > sqrad)
-  behind = has_side & _behind(side, end0, end1)
   ok = ok & (crosses | behind)
 
   # the two candidate pairs of tangent points
@@ -501,10 +502,10 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
   # each use of the frame's rows is a pad and an add in reverse mode, and XLA fuses the wrap's
   # backward pass into them, a slow scalar loop (measured)
   local = math.mat_t_vec(mat[:, None], jnp.stack([x0, x1, side], 1) - pos[:, None])
+  # in memory once: the wrap's kernels read its components, and would each recompute it
+  local = math.materialize(local)
   p0, p1, s = local[:, 0], local[:, 1], local[:, 2]
-  # components as sums against the axes rather than slices, for the same reason
-  basis = np.eye(3, dtype=p0.dtype)
-  p0c, p1c, sc = ([jnp.sum(v * basis[None, i], axis=-1) for i in range(3)] for v in (p0, p1, s))
+  p0c, p1c, sc = (list(math.components(v)) for v in (p0, p1, s))
 
   def norm3(c: list[jax.Array]) -> jax.Array:   # for comparisons only: no gradient flows
     return jnp.sqrt(c[0] * c[0] + c[1] * c[1] + c[2] * c[2])
@@ -521,8 +522,7 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
     sphere0, sphere1 = _sphere_plane(p0, p1)
     axis0 = jnp.where(cylinder[:, None], jnp.array([[1.0, 0.0, 0.0]], p0.dtype), sphere0)
     axis1 = jnp.where(cylinder[:, None], jnp.array([[0.0, 1.0, 0.0]], p0.dtype), sphere1)
-    axis0c, axis1c = ([jnp.sum(a * basis[None, i], axis=-1) for i in range(3)]
-                      for a in (axis0, axis1))
+    axis0c, axis1c = (math.components(a) for a in (axis0, axis1))
 
     def project(c: list[jax.Array]) -> Vec2:
       return (sum(ci * ai for ci, ai in zip(c, axis0c)),
@@ -531,12 +531,17 @@ def _wrap(x0: jax.Array, x1: jax.Array, pos: jax.Array, mat: jax.Array, radius: 
     def lift(q: Vec2) -> list[jax.Array]:
       return [axis0c[i] * q[0] + axis1c[i] * q[1] for i in range(3)]
   end0, end1 = project(p0c), project(p1c)
-  sd = _unit2(project(sc))
-  sd = (sd[0] * radius, sd[1] * radius)
+  # MuJoCo scales the sidesite's direction to the radius, but the wrap reads only the signs of
+  # cross products with it; unscaled, the choice needs no divisions
+  sd = project(sc)
+  sd = _where2(_norm2(sd) < _MINVAL, (1.0, 0.0), sd)
 
+  # behind reads many arrays: fused into the kernels of the choice below, it made one large
+  # enough for XLA's CPU backend to split it across threads, which costs more than it saves
+  behind = math.materialize(has_side & _behind(sd, end0, end1))
   # the chosen tangent points go to memory once: XLA would otherwise recompute the choice (both
   # candidate pairs, their intersection tests) inside every later kernel that reads them
-  wlen, c0, c1, ok = math.materialize(_wrap_circle(end0, end1, sd, has_side, radius))
+  wlen, c0, c1, ok = math.materialize(_wrap_circle(end0, end1, sd, has_side, behind, radius))
   inside = has_side & (norm3(sc) < radius)
   # only spans with a sidesite can wrap inside: where that is static, solve only those
   if not isinstance(has_side, np.ndarray) or has_side.all():
