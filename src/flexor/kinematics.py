@@ -130,6 +130,10 @@ def _frames(m: Model, xpos: jax.Array, xquat: jax.Array, xmat: jax.Array):
   pos = jnp.where(same == SameFrame.INERTIA, pos[bodyid], pos)
   mat = jnp.where(np.isin(same, (SameFrame.INERTIA, SameFrame.INERTIAROT))[..., None],
                   mat[bodyid], mat)
+  # in memory before the split: each part's kernel would otherwise compose its quaternions
+  # itself, heavy enough from a few hundred worlds for XLA's CPU backend to split it across
+  # threads, which costs more than it saves (benchmarks/README.md)
+  pos, mat = math.materialize((pos, mat))
   split = np.cumsum([m.nbody, m.ngeom])
   return tuple(zip(jnp.split(pos, split), jnp.split(mat, split)))
 

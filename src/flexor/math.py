@@ -501,13 +501,13 @@ def materialize(tree: _T) -> _T:
   that: the CPU backend removes barriers before it fuses. Here the values pass through a loop
   that runs once, on a flag the compiler cannot follow, and their readers read the loop's
   result. Differentiated as the identity."""
-  def once(state: tuple[jax.Array, _T, _T]) -> tuple[jax.Array, _T, _T]:
-    go, value, out = state
-    return (jnp.zeros((), bool), value,
-            jax.tree.map(lambda v, o: jnp.where(go, v, o), value, out))
+  def once(state: tuple[jax.Array, _T]) -> tuple[jax.Array, _T]:
+    go, value = state
+    # a select on the flag, not the value itself: a loop that passes a value through unchanged
+    # is simplified away
+    return jnp.zeros((), bool), jax.tree.map(lambda v: jnp.where(go, v, jnp.zeros_like(v)), value)
 
-  start = (jnp.ones((), bool), tree, jax.tree.map(jnp.zeros_like, tree))
-  return jax.lax.while_loop(lambda s: s[0], once, start)[2]
+  return jax.lax.while_loop(lambda s: s[0], once, (jnp.ones((), bool), tree))[1]
 
 
 @materialize.defjvp
