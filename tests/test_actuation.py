@@ -306,7 +306,7 @@ def _grad_setup():
   mj = mujoco.MjModel.from_xml_string(GRAD_XML)
   fm = from_mujoco(mj)
   rng = np.random.default_rng(5)
-  lo, hi = mj.actuator_ctrlrange[:, 0], mj.actuator_ctrlrange[:, 1]
+  hi = mj.actuator_ctrlrange[:, 1]
   limited = mj.actuator_ctrllimited.astype(bool)
   ctrl = rng.uniform(-1, 1, size=(GRAD_STEPS, mj.nu))
   # some controls sit just inside their range limits, where clamping is one eps away
