@@ -126,9 +126,10 @@ def seed_tangents(d: Data) -> Data:
   linearizes the step with the carries known to have one, then again with those it found, until
   no new one appears. From a tangent on qvel alone that took three linearizations of the whole
   step (1, then 15, then 36 carries with a tangent on dm_control's cheetah), a fifth to a third
-  of the rollout gradient's trace (measured on four models). Seeded, the first linearization already has the fixpoint. The carries
-  seeded beyond it hold zero tangents: outputs that the step overwrites without reading them,
-  or states that have none (act without muscles), whose zeros the step carries along."""
+  of the rollout gradient's trace (measured on four models). Seeded, the first linearization
+  already has the fixpoint. The carries seeded beyond it hold zero tangents: outputs that the
+  step overwrites without reading them, or states that have none (act without muscles), whose
+  zeros the step carries along."""
   real = [f.name for f in dataclasses.fields(d)
           if jnp.issubdtype(jnp.result_type(getattr(d, f.name)), jnp.inexact)]
   seeded = {name: getattr(d, name) for name in real if name not in _UNSEEDED}
