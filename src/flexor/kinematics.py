@@ -386,11 +386,19 @@ def _unit3(v: jax.Array) -> jax.Array:
 
 def fixed_camlight(m: Model, d: Data) -> tuple[jax.Array, ...]:
   """Cameras' and lights' frames moving rigidly with their bodies, after kinematics: cam_xpos
-  (ncam, 3), cam_xmat (ncam, 3, 3), light_xpos (nlight, 3), light_xdir (nlight, 3), unit."""
+  (ncam, 3), cam_xmat (ncam, 3, 3), light_xpos (nlight, 3), light_xdir (nlight, 3), unit.
+
+  Those on the world body keep their own frames (the world's is the identity): most models
+  light the scene from the world, and composing with it would cost a few kernels a step."""
+  where = math.static_where
+  cam_world, light_world = (m.cam_bodyid == 0)[:, None], (m.light_bodyid == 0)[:, None]
   cam_xpos, cam_quat = _compose(d.xpos[m.cam_bodyid], d.xquat[m.cam_bodyid], m.cam_pos,
                                 m.cam_quat)
+  cam_xpos, cam_quat = where(cam_world, m.cam_pos, cam_xpos), where(cam_world, m.cam_quat, cam_quat)
   light_xpos = d.xpos[m.light_bodyid] + math.rot_vec_quat(m.light_pos, d.xquat[m.light_bodyid])
-  light_xdir = _unit3(math.rot_vec_quat(m.light_dir, d.xquat[m.light_bodyid]))
+  light_xdir = math.rot_vec_quat(m.light_dir, d.xquat[m.light_bodyid])
+  light_xpos = where(light_world, m.light_pos, light_xpos)
+  light_xdir = _unit3(where(light_world, m.light_dir, light_xdir))
   return cam_xpos, math.quat_to_mat(cam_quat), light_xpos, light_xdir
 
 
