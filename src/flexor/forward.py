@@ -27,7 +27,7 @@ from jax.custom_derivatives import SymbolicZero
 import jax.numpy as jnp
 
 from flexor import actuation, collision, constraint, kinematics, math, noslip, solver, transmission
-from flexor.crb import armature, crb, factor_m, tendon_bias
+from flexor.crb import armature, cho_solve_m, crb, factor_m, tendon_bias, tree_blocks
 from flexor.passive import passive
 from flexor.rne import rne, rne_bias
 from flexor.sensor import energy, sensor_acc, sensor_pos, sensor_vel
@@ -123,20 +123,21 @@ def solve_dynamics(m: Model, d: Data, qfrc: jax.Array, forces: tuple[jax.Array, 
 @jax.custom_jvp
 def _solve_dynamics(m: Model, d: Data, qfrc: jax.Array, forces: tuple[jax.Array, ...],
                     damping: jax.Array, factor: jax.Array) -> jax.Array:
-  del m, d, forces, damping
-  return math.cho_solve(factor, qfrc)
+  del d, forces, damping
+  return cho_solve_m(tree_blocks(m), factor, qfrc)
 
 
 @functools.partial(_solve_dynamics.defjvp, symbolic_zeros=True)
 def _solve_dynamics_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
   m, d, qfrc, forces, damping, factor = primals
   dm, dd, _, dforces, ddamping, _ = tangents
-  qacc = checkpoint_name(math.cho_solve(factor, qfrc), ACCELERATION)
+  blocks = tree_blocks(m)
+  qacc = checkpoint_name(cho_solve_m(blocks, factor, qfrc), ACCELERATION)
   rhs = [t for t in dforces if not isinstance(t, SymbolicZero)]
   moved = math.jvp_nonzero(lambda m, d: inverse_dynamics(m, d, qacc), (m, d), (dm, dd))
   rhs += [-moved] if moved is not None else []
   rhs += [-ddamping * qacc] if not isinstance(ddamping, SymbolicZero) else []
-  return qacc, math.cho_solve(factor, sum(rhs)) if rhs else jnp.zeros_like(qacc)
+  return qacc, cho_solve_m(blocks, factor, sum(rhs)) if rhs else jnp.zeros_like(qacc)
 
 
 def fwd_constraint(m: Model, d: Data) -> Data:

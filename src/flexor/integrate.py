@@ -137,7 +137,7 @@ def euler(m: Model, d: Data) -> Data:
       def implicit() -> jax.Array:
         deriv, any_damping = passive.dof_damper_deriv(m, d.qvel)
         damping = m.opt.timestep * deriv
-        factor = crb.cholesky(jax.lax.stop_gradient(d.qM + jnp.diag(damping)))
+        factor = crb.cholesky_m(m, jax.lax.stop_gradient(d.qM + jnp.diag(damping)))
         damped = solve_dynamics(m, d, d.qfrc_smooth + d.qfrc_constraint,
                                 applied_forces(m, d) + (d.qfrc_constraint,), factor, damping)
         # MuJoCo's "any damping" test; on traced damping a select, both of whose values are
