@@ -6,7 +6,8 @@ and entry (i, j) of the mass matrix, for dof j an ancestor of dof i, is
 ``flexor.tree``: no pass over bodies or tree levels.
 
 flexor stores qM dense and factors it as ``qM = qLD qLD'`` (lower Cholesky), unlike MuJoCo's
-sparse ``LDL'``; the solves agree to rounding.
+sparse ``LDL'``; the solves agree to rounding. The factorisation and the solves run tree by
+tree (``tree_blocks``): qM couples no two kinematic trees.
 
 Armature: qM adds dof_armature, MuJoCo 4's actuator armature (times gear^2) on joints, and the
 tendon armature term ``a ten_J' ten_J``. A tendon's armature also has a velocity-dependent bias
@@ -193,7 +194,7 @@ def tendon_cfrc_ext(m: Model, d: Data, constraint_force: jax.Array | float = 0.0
 
 
 def factor_m(m: Model, d: Data) -> Data:
-  """Computes qLD (nv, nv), the lower Cholesky factor of qM (mj_factorM)."""
+  """Computes qLD (nv, nv), the lower Cholesky factor of qM (mj_factorM), tree by tree."""
   with jax.named_scope("factor_m"):
     qLD = cholesky_m(m, d.qM) if d.qM.shape[-1] else d.qM
   return d.replace(qLD=qLD)
