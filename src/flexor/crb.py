@@ -221,9 +221,7 @@ def tree_blocks(m: Model) -> Blocks:
   block diagonal, and a factorisation or a solve can run on the trees' blocks, those of one
   size as one batch. Four arms of two hinges factor as four 2 x 2 matrices rather than one
   8 x 8: arithmetic that XLA fuses instead of LAPACK calls, and a fraction of the flops."""
-  top = np.arange(m.nv)
-  while (m.dof_parentid[top] >= 0).any():
-    top = np.where(m.dof_parentid[top] >= 0, m.dof_parentid[top], top)
+  top = np.argmax(m.dof_ancestor, axis=1)    # each dof's lowest ancestor id: its tree's root
   roots, sizes = np.unique(top, return_counts=True)
   if roots.size <= 1:
     return None
