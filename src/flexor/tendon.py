@@ -173,11 +173,20 @@ def path_of(m: Model) -> Path:
 
 
 def _unit(x: jax.Array) -> jax.Array:
-  """x / |x| along the last axis; (1, 0, ...) where |x| < mjMINVAL (mju_normalize[3])."""
-  n = math.safe_norm(x, keepdims=True)
+  """x / |x| along the last axis; (1, 0, ...) where |x| < mjMINVAL (mju_normalize[3]).
+
+  Component by component: the norm broadcast against x would make reverse mode sum the
+  products over the last axis, a reduction kernel of its own on XLA's CPU backend (a library
+  call, 130 us a step for the muscle_arms4 benchmark's 64 worlds)."""
+  c = math.components(x)
+  sq = c[0] * c[0]
+  for ci in c[1:]:   # summed as math.dot sums, left to right
+    sq = sq + ci * ci
+  nonzero = sq > 0
+  n = jnp.where(nonzero, jnp.sqrt(jnp.where(nonzero, sq, 1.0)), 0.0)
   small = n < _MINVAL
-  first = jnp.zeros_like(x).at[..., 0].set(1.0)
-  return jnp.where(small, first, x * (1.0 / jnp.where(small, 1.0, n)))
+  inv = 1.0 / jnp.where(small, 1.0, n)
+  return jnp.stack([jnp.where(small, float(i == 0), ci * inv) for i, ci in enumerate(c)], -1)
 
 
 def _safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -337,17 +346,21 @@ def _newton_inside(A: jax.Array, B: jax.Array, G: jax.Array, needed: jax.Array):
   is inside its geom; an iteration changes nothing of a span that has stopped, so the result is
   that of all _INSIDE_MAXITER iterations. Not differentiable: the caller stops the gradient.
   """
-  run, done, fail = 0, 1, 2
+  run, done, fail = 0.0, 1.0, 2.0
   phi = jnp.full_like(A, 0.5 * jnp.pi)
   f = jnp.arcsin(A) + jnp.arcsin(B) - jnp.pi + G
   state = jnp.where(needed & ~(f > 0), run, fail)
+  coef = jnp.stack([A, B, G])   # read by the loop: one array in memory, not three
 
   def iterating(carry):
-    i, _, _, state = carry
-    return (i < _INSIDE_MAXITER) & jnp.any(state == run)
+    i, x = carry
+    return (i < _INSIDE_MAXITER) & jnp.any(x[2] == run)
 
   def step(carry):
-    i, phi, f, state = carry
+    # the state (phi, f, state) as one array: XLA's CPU backend fuses one result per kernel,
+    # and each of three results would be a kernel of its own with the slope and angle between
+    i, (phi, f, state) = carry
+    A, B, G = coef
     state = jnp.where((state == run) & ~(jnp.abs(f) > _INSIDE_TOL), done, state)
     active = state == run
     df = _inside_slope(A, B, phi)
@@ -358,9 +371,9 @@ def _newton_inside(A: jax.Array, B: jax.Array, G: jax.Array, needed: jax.Array):
     f_new = _inside_angle(A, B, G, phi)
     f = jnp.where(moving, f_new, f)
     state = jnp.where(active & (~moving | (f_new > _INSIDE_TOL)), fail, state)
-    return i + 1, phi, f, state
+    return i + 1, jnp.stack([phi, f, state])
 
-  _, phi, f, state = jax.lax.while_loop(iterating, step, (0, phi, f, state))
+  _, (phi, f, state) = jax.lax.while_loop(iterating, step, (0, jnp.stack([phi, f, state])))
   # converged at the check that would start iteration 20: MuJoCo counts that as a failure
   return phi, state == done
 
@@ -402,10 +415,13 @@ def _inside_setup(end0: Vec2, end1: Vec2, radius: jax.Array):
   return A, B, cos_g, ok, ok & ~(cos_g > 1 - _MINVAL)
 
 
-def _inside_solve(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array):
+def _inside_solve(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array) -> jax.Array:
   """wrap_inside on every span: the touching point (Newton's method where ``needed`` (n,) bool;
   where it is not needed or does not converge, MuJoCo's initial guess, the direction of the
-  segment's midpoint at the radius) and whether a wrap exists, (n,) as 1.0 or 0.0."""
+  segment's midpoint at the radius) and whether a wrap exists (1.0 or 0.0), stacked (3, n).
+
+  One result array rather than three: XLA's CPU backend gives each result a kernel of its own,
+  and with it each intermediate that two results share."""
   A, B, cos_g, ok, solve = _inside_setup(end0, end1, radius)
   G = jnp.arccos(jnp.where(solve, cos_g, 0.0))
   phi, converged = _newton_inside(*(jax.lax.stop_gradient(x) for x in (A, B, G)),
@@ -420,7 +436,7 @@ def _inside_solve(end0: Vec2, end1: Vec2, radius: jax.Array, needed: jax.Array):
   pnt = (radius * (cos * vec[0] - sin * vec[1]), radius * (sin * vec[0] + cos * vec[1]))
   mid = _unit2((0.5 * (end0[0] + end1[0]), 0.5 * (end0[1] + end1[1])))
   pnt = _where2(converged, pnt, (mid[0] * radius, mid[1] * radius))
-  return pnt, ok.astype(radius.dtype)
+  return jnp.stack([*pnt, ok.astype(radius.dtype)])
 
 
 @jax.custom_jvp
@@ -434,9 +450,9 @@ def _wrap_inside(end0: Vec2, end1: Vec2, radius: jax.Array, inside: jax.Array):
   costs more than the rest of a wrap: it runs only where some span of the batch has one
   (``math.run_if``); elsewhere the results are zeros, which the caller does not read.
   Differentiated by its rule below, which runs the same gate."""
-  zero = jnp.zeros_like(radius)
-  return math.run_if(jnp.any(inside), ((zero, zero), zero), _inside_solve, end0, end1, radius,
-                     inside)
+  x, y, ok = math.run_if(jnp.any(inside), jnp.zeros((3,) + radius.shape, radius.dtype),
+                         _inside_solve, end0, end1, radius, inside)
+  return (x, y), ok
 
 
 @_wrap_inside.defjvp
@@ -447,8 +463,8 @@ def _wrap_inside_jvp(primals, tangents):
     """The solve at x = [end0, end1, radius] (n, 5) and each span's Jacobian (n, 2, 5): spans
     are independent, so one tangent direction per input component gives it."""
     def solve(x):
-      pnt, ok = _inside_solve((x[:, 0], x[:, 1]), (x[:, 2], x[:, 3]), x[:, 4], inside)
-      return jnp.stack(pnt, -1), ok
+      out = _inside_solve((x[:, 0], x[:, 1]), (x[:, 2], x[:, 3]), x[:, 4], inside)
+      return out[:2].T, out[2]
     (pnt, ok), linear = jax.linearize(solve, x)
     jacobian = jax.vmap(lambda e: linear(jnp.broadcast_to(e, x.shape))[0], out_axes=-1)(
         jnp.eye(5, dtype=x.dtype))
