@@ -16,6 +16,7 @@ sums, transposed by JAX for reverse mode), which made a rollout gradient about 1
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -389,17 +390,27 @@ def fixed_camlight(m: Model, d: Data) -> tuple[jax.Array, ...]:
   (ncam, 3), cam_xmat (ncam, 3, 3), light_xpos (nlight, 3), light_xdir (nlight, 3), unit.
 
   Those on the world body keep their own frames (the world's is the identity): most models
-  light the scene from the world, and composing with it would cost a few kernels a step."""
-  where = math.static_where
-  cam_world, light_world = (m.cam_bodyid == 0)[:, None], (m.light_bodyid == 0)[:, None]
-  cam_xpos, cam_quat = _compose(d.xpos[m.cam_bodyid], d.xquat[m.cam_bodyid], m.cam_pos,
-                                m.cam_quat)
-  cam_xpos, cam_quat = where(cam_world, m.cam_pos, cam_xpos), where(cam_world, m.cam_quat, cam_quat)
-  light_xpos = d.xpos[m.light_bodyid] + math.rot_vec_quat(m.light_pos, d.xquat[m.light_bodyid])
-  light_xdir = math.rot_vec_quat(m.light_dir, d.xquat[m.light_bodyid])
-  light_xpos = where(light_world, m.light_pos, light_xpos)
-  light_xdir = _unit3(where(light_world, m.light_dir, light_xdir))
-  return cam_xpos, math.quat_to_mat(cam_quat), light_xpos, light_xdir
+  light the scene from the world, and composing with it would cost a few kernels a step. Where
+  all of them are on the world body, or none, the other case is not traced at all."""
+  def on_bodies(bodyid: np.ndarray, own: tuple[jax.Array, ...],
+                moving: Callable[[], tuple[jax.Array, ...]]) -> tuple[jax.Array, ...]:
+    world = (bodyid == 0)[:, None]
+    if world.all():
+      return own
+    moved = moving()
+    if not world.any():
+      return moved
+    return tuple(math.static_where(world, a, b) for a, b in zip(own, moved))
+
+  cam_xpos, cam_quat = on_bodies(
+      m.cam_bodyid, (m.cam_pos, m.cam_quat),
+      lambda: _compose(d.xpos[m.cam_bodyid], d.xquat[m.cam_bodyid], m.cam_pos, m.cam_quat))
+  light_xpos, light_xdir = on_bodies(
+      m.light_bodyid, (m.light_pos, m.light_dir),
+      lambda: (d.xpos[m.light_bodyid] + math.rot_vec_quat(m.light_pos, d.xquat[m.light_bodyid]),
+               math.rot_vec_quat(m.light_dir, d.xquat[m.light_bodyid])))
+  cam_xmat = math.quat_to_mat(cam_quat) if m.ncam else jnp.zeros((0, 3, 3), cam_quat.dtype)
+  return cam_xpos, cam_xmat, light_xpos, _unit3(light_xdir) if m.nlight else light_xdir
 
 
 def _modes(mode: np.ndarray, target: np.ndarray, body: np.ndarray, d: Data, fixed_pos: jax.Array,
@@ -412,8 +423,11 @@ def _modes(mode: np.ndarray, target: np.ndarray, body: np.ndarray, d: Data, fixe
   are static: a mode no element has costs nothing."""
   col = lambda x: x[:, None]
   where = math.static_where
-  pos = where(col(mode == CamLight.TRACKCOM), d.subtree_com[body] + poscom0, fixed_pos)
-  pos = where(col(mode == CamLight.TRACK), d.xpos[body] + pos0, pos)
+  pos = fixed_pos
+  if (mode == CamLight.TRACKCOM).any():
+    pos = where(col(mode == CamLight.TRACKCOM), d.subtree_com[body] + poscom0, pos)
+  if (mode == CamLight.TRACK).any():
+    pos = where(col(mode == CamLight.TRACK), d.xpos[body] + pos0, pos)
   tracking = col(np.isin(mode, (CamLight.TRACK, CamLight.TRACKCOM)))
   aimed = col(np.isin(mode, (CamLight.TARGETBODY, CamLight.TARGETBODYCOM)) & (target >= 0))
   lookat = None
