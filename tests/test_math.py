@@ -212,6 +212,21 @@ def test_materialize_is_the_identity_behind_a_loop_the_compiler_keeps():
   assert " while(" in hlo
 
 
+@pytest.mark.parametrize("n", [0, 1, 16, 17, 228, 4097])
+def test_prefix_count_and_compact_are_cumsum_and_nonzero_under_jit_and_vmap(n):
+  rng = np.random.default_rng(n)
+  masks = rng.uniform(size=(3, 4, n)) < np.array([0.0, 0.3, 1.0])[:, None, None]
+  masks = jnp.asarray(masks.reshape(12, n))
+  counts = jax.jit(jax.vmap(math.prefix_count))(masks)
+  assert counts.dtype == jnp.int32
+  np.testing.assert_array_equal(counts, np.cumsum(np.asarray(masks), axis=-1))
+  for size, fill in ((1, 0), (7, n), (64, 0)):
+    pick, rank = jax.jit(jax.vmap(lambda m: math.compact(m, size, fill)))(masks)
+    expected = jax.vmap(lambda m: jnp.nonzero(m, size=size, fill_value=fill)[0])(masks)
+    np.testing.assert_array_equal(pick, expected)
+    np.testing.assert_array_equal(rank, np.cumsum(np.asarray(masks), axis=-1) - 1)
+
+
 def test_chunked_runs_fn_on_the_active_lanes_with_derivatives_under_vmap():
   """math.chunked equals fn on the active lanes and zero on the others, its gradient too, in
   chunks that do not divide the lanes; and under vmap, where every chunk runs."""

@@ -383,7 +383,7 @@ def _compact(m: Model, fields: dict[str, jax.Array]) -> tuple[dict[str, jax.Arra
   for g in groups:
     mine = exist[g.slots]
     # the g.size first existing slots; a group with fewer fills up with its last slot, unused
-    (first,) = jnp.nonzero(mine, size=g.size, fill_value=len(g.slots) - 1)
+    first, _ = math.compact(mine, g.size, len(g.slots) - 1)
     picks.append(jnp.asarray(g.slots)[first])
     found.append(jnp.sum(mine).astype(jnp.int32))
   out = {name: value[jnp.concatenate(picks)] for name, value in fields.items()}

@@ -531,6 +531,49 @@ def run_if(flag: jax.Array, value: _T, fn: Callable[..., _T], *args: Any) -> _T:
   return jax.lax.while_loop(lambda s: s[1], once, (value, flag))[0]
 
 
+_PREFIX_BLOCK = 16
+
+
+def _prefix_sum(x: jax.Array) -> jax.Array:
+  """Inclusive prefix sums (..., n) along the last axis of float32 x (..., n) holding small
+  non-negative integers: each block of 16 lanes summed by a product with a triangular matrix
+  of ones, the blocks' totals by the same recursively. Exact while the sums stay below 2^24
+  (products of integers and ones, and sums of integers, are exact in float32, and in tf32)."""
+  n = x.shape[-1]
+  if n <= _PREFIX_BLOCK:
+    return jnp.matmul(x, jnp.triu(jnp.ones((n, n), x.dtype)), precision="highest")
+  nblock = -(-n // _PREFIX_BLOCK)
+  pad = [(0, 0)] * (x.ndim - 1) + [(0, nblock * _PREFIX_BLOCK - n)]
+  blocks = jnp.pad(x, pad).reshape(x.shape[:-1] + (nblock, _PREFIX_BLOCK))
+  within = _prefix_sum(blocks)
+  total = within[..., -1]
+  before = _prefix_sum(total) - total
+  return (within + before[..., None]).reshape(x.shape[:-1] + (-1,))[..., :n]
+
+
+def prefix_count(mask: jax.Array) -> jax.Array:
+  """How many lanes of ``mask`` (..., n) bool up to each one are set (..., n) int32: a
+  cumulative sum along the last axis.
+
+  By small matrix products rather than ``jnp.cumsum``, which XLA's CPU backend runs as a
+  reduce-window, a loop of additions per lane over up to 16 lanes before it: 45 us against 18
+  for 64 worlds of 228 constraint rows, and most of ``jnp.nonzero``'s time."""
+  return _prefix_sum(mask.astype(jnp.float32)).astype(jnp.int32)
+
+
+def compact(active: jax.Array, size: int, fill: int) -> tuple[jax.Array, jax.Array]:
+  """(pick (size,), rank (n,)), both int32: the indices of the first ``size`` lanes where
+  ``active`` (n,) bool is set, in order, filled up with ``fill``; and each lane's rank among
+  the active lanes (-1 before the first). ``jnp.nonzero(active, size=size)`` with one prefix
+  count (``prefix_count``) and one scatter, where jnp.nonzero takes two cumulative sums, a
+  scatter and a remainder."""
+  rank = prefix_count(active) - 1
+  slot = jnp.where(active, rank, size)
+  pick = jnp.full(size, fill, jnp.int32).at[slot].set(
+      jnp.arange(active.shape[0], dtype=jnp.int32), mode="drop")
+  return pick, rank
+
+
 def chunked(active: jax.Array, fn: Callable[..., _T], args: tuple[Any, ...], size: int) -> _T:
   """``fn(on, *args)`` on the lanes where ``active`` (n,) bool is set, ``size`` lanes at a time;
   zeros on the others. Every leaf of ``args`` and of fn's result has the lanes as its leading
@@ -544,7 +587,7 @@ def chunked(active: jax.Array, fn: Callable[..., _T], args: tuple[Any, ...], siz
   would."""
   n = active.shape[0]
   nchunk = -(-n // size)
-  sel = jnp.nonzero(active, size=nchunk * size, fill_value=n)[0]
+  sel, rank = compact(active, nchunk * size, n)
   take = lambda x: x[jnp.minimum(sel, n - 1)].reshape((nchunk, size) + x.shape[1:])
   on = (sel < n).reshape(nchunk, size)
 
@@ -566,7 +609,7 @@ def chunked(active: jax.Array, fn: Callable[..., _T], args: tuple[Any, ...], siz
       None, (on, *jax.tree.map(take, tuple(args))))
   # each active lane's result sits at its rank among the active lanes: a gather, not a
   # scatter (which XLA CPU runs as a loop over the lanes)
-  rank = jnp.maximum(jnp.cumsum(active) - 1, 0)
+  rank = jnp.maximum(rank, 0)
 
   def back(x: jax.Array) -> jax.Array:
     flat = x.reshape((nchunk * size,) + x.shape[2:])[rank]

@@ -442,7 +442,7 @@ def _compact(rows: _Rows, p: _Problem, capacity: int) -> tuple[_Rows, _Problem, 
   () bool says whether active rows were left out."""
   free, cone_rows = np.flatnonzero(~rows.in_cone), np.flatnonzero(rows.in_cone)
   active = p.D[free] > 0
-  pick = jnp.nonzero(active, size=capacity, fill_value=0)[0]
+  pick, _ = math.compact(active, capacity, 0)
   valid = jnp.arange(capacity) < jnp.sum(active)
   keep = jnp.concatenate([valid, jnp.ones(len(cone_rows), bool)])
   idx = jnp.concatenate([jnp.asarray(free)[pick], jnp.asarray(cone_rows, pick.dtype)])
@@ -471,12 +471,16 @@ class _Config:
     self.trees = dof_trees(m)
 
 
-def _minimise(config: _Config, rows: _Rows, p: _Problem, start: jax.Array,
+def _minimise(config: _Config, rows: _Rows, p: _Problem, warm: jax.Array | None,
               tolerance: jax.Array, ls_tolerance: jax.Array, scale: jax.Array) -> jax.Array:
-  """The minimiser qacc (nv,) of problem p by CG or Newton from ``start``, per constraint
-  island as MuJoCo's solvers: each island is scaled by the trace of its block of M, and the
-  dofs of trees no active row touches take qacc_smooth. Where islands are disabled, one solve
-  scaled by 1 / (meaninertia nv)."""
+  """The minimiser qacc (nv,) of problem p by CG or Newton, per constraint island as MuJoCo's
+  solvers: each island is scaled by the trace of its block of M, and the dofs of trees no
+  active row touches take qacc_smooth. Where islands are disabled, one solve scaled by
+  1 / (meaninertia nv). It starts from qacc_smooth, or from ``warm`` where that costs less
+  (MuJoCo's warm start; on the active rows, as the other rows cost nothing)."""
+  start = p.qacc_smooth
+  if warm is not None:
+    start = jnp.where(_cost(rows, p, warm) < _cost(rows, p, start), warm, start)
   zeros = np.zeros(0, np.int32)
   isl = _Islands(zeros, zeros, zeros, 1)
   if config.per_island:
@@ -505,11 +509,11 @@ def _on_active_rows(config: _Config, problem: _Problem,
   return attempt(config.capacities, problem)
 
 
-def _optimum(config: _Config, problem: _Problem, start: jax.Array, tolerance: jax.Array,
+def _optimum(config: _Config, problem: _Problem, warm: jax.Array | None, tolerance: jax.Array,
              ls_tolerance: jax.Array, scale: jax.Array) -> jax.Array:
-  """The minimiser qacc (nv,) of ``problem``, found by Newton or CG from ``start``."""
+  """The minimiser qacc (nv,) of ``problem``, found by Newton or CG (``_minimise``)."""
   qacc = _on_active_rows(config, jax.lax.stop_gradient(problem), lambda rows, p: _minimise(
-      config, rows, p, start, tolerance, ls_tolerance, scale))
+      config, rows, p, warm, tolerance, ls_tolerance, scale))
   return _implicit(config, problem, checkpoint_name(qacc, LOOP_RESULT))
 
 
@@ -551,14 +555,12 @@ def solve(m: Model, d: Data) -> Data:
     tolerance = jax.lax.stop_gradient(m.opt.tolerance)
     ls_tolerance = jax.lax.stop_gradient(m.opt.ls_tolerance)
     scale = jax.lax.stop_gradient(1 / (m.stat_meaninertia * max(1, m.nv)))
-    start = p.qacc_smooth
+    warm = None
     if not m.opt.disabled(DisableBit.WARMSTART):
-      warm = d.qacc_warmstart
-      start = jnp.where(_cost(rows, p, warm) < _cost(rows, p, start), warm, start)
-    start = jax.lax.stop_gradient(start)
+      warm = jax.lax.stop_gradient(d.qacc_warmstart)
 
     config = _Config(m, rows)
-    qacc = _optimum(config, p, start, tolerance, ls_tolerance, scale)
+    qacc = _optimum(config, p, warm, tolerance, ls_tolerance, scale)
     u = _update(rows, p, p.J @ qacc - p.aref)
     force = jnp.where(d.efc_active, u.force, 0.0)
     state = _state(rows, p, p.J @ qacc - p.aref, u, d.efc_active)

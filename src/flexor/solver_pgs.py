@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flexor.constraint import active_capacity, dof_trees, islands, row_constraints, rows_of
-from flexor.math import MINVAL, cho_solve, cholesky, run_if
+from flexor.math import MINVAL, cho_solve, cholesky, compact, run_if
 from flexor.noslip import cost_change, tangents
 from flexor.types import ConstraintType, Data, DisableBit, Model
 
@@ -310,10 +310,10 @@ def solve_pgs(m: Model, d: Data, warm: jax.Array | None) -> jax.Array:
   capacity = _capacity(layout_kind)
   if capacity is None:
     return solve(slice(None), True, *args)
-  pick = jnp.nonzero(active, size=capacity, fill_value=0)[0]
+  pick, _ = compact(active, capacity, 0)
   nactive = jnp.sum(active)
   valid = jnp.arange(capacity) < nactive
-  compact = jnp.zeros(m.njmax, d.qM.dtype).at[jnp.where(valid, pick, m.njmax)].set(
+  on_active = jnp.zeros(m.njmax, d.qM.dtype).at[jnp.where(valid, pick, m.njmax)].set(
       solve(pick, valid, *args), mode="drop")
-  return run_if(nactive > capacity, compact, lambda *args: solve(slice(None), True, *args),
+  return run_if(nactive > capacity, on_active, lambda *args: solve(slice(None), True, *args),
                 *args)
