@@ -639,11 +639,11 @@ def _rows(m: Model, d: Data) -> list[jax.Array]:
       continue
     contact = kinds[0] == ConstraintType.CONTACT_FRICTIONLESS
     solreffriction = math.take(d.contact_solreffriction, m.efc_rowid[rows]) if contact else 0.0
-    jac, *values = build(m, d, rows)
+    jac, pos, margin, floss, active, *rest = build(m, d, rows)
     if not contact:  # contact rows are built on their active rows only, zero on the others
-      jac = jnp.where(values[3][:, None], jac, 0.0)
+      jac = jnp.where(active[:, None], jac, 0.0)
     for part, shape, dtype, value in zip(parts, shapes, dtypes,
-                                         (jac, *values, solreffriction)):
+                                         (jac, pos, margin, floss, active, *rest, solreffriction)):
       part.append(jnp.broadcast_to(jnp.asarray(value, dtype), (len(rows),) + shape))
     built.append(rows)
   order = np.concatenate(built + [np.zeros(0, int)])
