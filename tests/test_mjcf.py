@@ -9,6 +9,9 @@ compares one group of Model fields, so a failure names the model and the group
 from __future__ import annotations
 
 import functools
+import os
+import re
+import shutil
 import warnings
 
 import jax
@@ -150,6 +153,26 @@ def test_conformance(model: str, group: str):
   ours, ref = _flexor(path), _mujoco(path)
   for field in GROUPS[group]:
     _compare(field, getattr(ours, field), getattr(ref, field), GROUP_TOL.get(group, TOL))
+
+
+@pytest.mark.parametrize("model", ["dmc/manipulator", "dmc/humanoid", "gym/ant"])
+def test_fusestatic_fuses_as_mujoco(tmp_path, model: str):
+  """``<compiler fusestatic>`` on suite models with jointless bodies (tests/models/fusestatic.xml
+  has the references that keep a body): MuJoCo's bodies, inertias, frames and numbering."""
+  path = support.model_paths()[model]
+  folder = os.path.dirname(path)
+  if os.path.isdir(os.path.join(folder, "common")):
+    shutil.copytree(os.path.join(folder, "common"), tmp_path / "common")
+  with open(path) as f:
+    text = re.sub(r"(<mujoco[^>]*>)", r'\1<compiler fusestatic="true"/>', f.read(), count=1)
+  fused = tmp_path / os.path.basename(path)
+  fused.write_text(text)
+  ours, ref = _flexor(str(fused)), _mujoco(str(fused))
+  assert ref.nbody < _mujoco(path).nbody
+  for group, fields in GROUPS.items():
+    for field in fields:
+      _compare(f"{group}/{field}", getattr(ours, field), getattr(ref, field),
+               GROUP_TOL.get(group, TOL))
 
 
 def test_compile_records_springdamper_and_lengthrange_options():

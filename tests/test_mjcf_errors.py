@@ -365,7 +365,10 @@ _CASES = [
     ("light_target", _body(_GOOD_BODY + "<light mode='targetbody' target='nope'/>"), 4,
      "light", "target", "unknown target body 'nope'"),
     ("camera_repeated", _body(_GOOD_BODY + "<camera name='c'/>\n<camera name='c'/>"), 5,
-     "camera", "name", "repeated camera name"),
+     "camera", "name", "repeated camera name"),    ("fusestatic_inertia", "<mujoco>\n<compiler fusestatic='true'/>\n<worldbody>\n"
+     "<body name='p'>\n<joint/>\n<geom size='.1' mass='0'/>\n<body pos='.1 0 0'>\n"
+     "<inertial pos='0 0 0' mass='1' diaginertia='1e-20 1e-20 1e-20'/>\n</body>\n</body>\n"
+     "</worldbody>\n</mujoco>", 4, "body", None, "static bodies fused into this body"),
 ]
 
 # Features flexor refuses with "not supported by flexor yet" although MuJoCo compiles them.

@@ -80,8 +80,7 @@ def _compiler(source: Source) -> Compiler:
       c.meshdir = c.texturedir = assetdir
     c.meshdir = r.text("meshdir", c.meshdir)
     c.texturedir = r.text("texturedir", c.texturedir)
-    if r.bool("fusestatic", False):
-      raise r.error("fusestatic is not supported by flexor yet", "fusestatic")
+    c.fusestatic = r.bool("fusestatic", c.fusestatic)
     c.alignfree = r.bool("alignfree", c.alignfree)
     c.discardvisual = r.bool("discardvisual", c.discardvisual)
     c.fitaabb = r.bool("fitaabb", c.fitaabb)

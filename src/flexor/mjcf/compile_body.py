@@ -61,6 +61,7 @@ class Compiler:
   discardvisual: bool = False
   fitaabb: bool = False
   alignfree: bool = False
+  fusestatic: bool = False
 
 
 @dataclasses.dataclass
@@ -158,6 +159,12 @@ class TreeCompiler:
     for world in worldbodies:
       items += self._collect(world, None)
     self._body_contents(0, items)
+    if self.compiler.fusestatic:
+      try:
+        fuse_static(self.tree, *fusion_blockers(self.source))
+      except ValueError as e:
+        body, message = e.args
+        raise self.source.error(self.tree.body["element"][body], message) from None
     if self.compiler.settotalmass > 0:
       self._set_total_mass(self.compiler.settotalmass)
     return self.tree
@@ -705,6 +712,116 @@ class TreeCompiler:
         names_site=tuple(s["name"]), names_cam=tuple(t.cam["name"]),
         names_light=tuple(t.light["name"]))
     return out
+
+
+# Attributes that name a body, in the sections outside the tree (a joint, site or geom by the
+# same name is another element); objtype/reftype name one where their type is a body's.
+_BODY_REFERENCES = ("body", "body1", "body2", "subtree1", "subtree2")
+_BODY_TYPES = ("body", "xbody")
+
+
+def fusion_blockers(source: Source) -> tuple[set[str], set[str]]:
+  """What keeps ``<compiler fusestatic>`` from fusing a body: the names of bodies that another
+  element refers to (equality, exclude, actuator, sensor, tuple and skin references, camera and
+  light targets), and the names of the sites of force and torque sensors (a body that holds
+  one is kept, named or not, as MuJoCo 4.0 keeps it)."""
+  bodies: set[str] = set()
+  sites: set[str] = set()
+  for kind in ("equality", "contact", "actuator", "sensor", "custom", "deformable"):
+    for section in source.sections(kind):
+      for e in section.iter():
+        if not isinstance(e.tag, str):
+          continue
+        bodies.update(e.get(a) for a in _BODY_REFERENCES if e.get(a) is not None)
+        for typ, name in (("objtype", "objname"), ("reftype", "refname")):
+          if e.get(typ) in _BODY_TYPES and e.get(name) is not None:
+            bodies.add(e.get(name))
+        if kind == "sensor" and e.tag in ("force", "torque") and e.get("site") is not None:
+          sites.add(e.get("site"))
+  for world in source.sections("worldbody"):
+    bodies.update(e.get("target") for e in world.iter("camera", "light")
+                  if e.get("target") is not None)
+  return bodies, sites
+
+
+def fuse_static(tree: Tree, referred: set[str], sensed_sites: set[str]) -> None:
+  """``<compiler fusestatic>`` (mjCModel::FuseStatic), in place: every body without joints that
+  is not a mocap body, and whose name no other element uses (``fusion_blockers``), is merged
+  into its parent. Its mass and inertia join the parent's (unless the parent is the world),
+  its child bodies, geoms, sites, cameras and lights move to the parent with their frames
+  composed with its own, and every element is renumbered depth-first as MuJoCo numbers them:
+  the fused body's geoms (sites, ...) after the parent's own.
+
+  Raises:
+    ValueError(body id, message): a merged inertia is not positive definite.
+  """
+  b = tree.body
+  nbody = len(b["parentid"])
+  parent = list(b["parentid"])
+  children: list[list[int]] = [[] for _ in range(nbody)]
+  for i in range(1, nbody):
+    children[parent[i]].append(i)
+  kinds = ("jnt", "geom", "site", "cam", "light")
+  owned = {k: [[] for _ in range(nbody)] for k in kinds}
+  for kind in kinds:
+    for e, body in enumerate(getattr(tree, kind)["bodyid"]):
+      owned[kind][body].append(e)
+  site_names = tree.site["name"]
+
+  def fusable(body: int) -> bool:
+    if b["name"][body] in referred or any(site_names[s] in sensed_sites
+                                          for s in owned["site"][body]):
+      return False
+    return not owned["jnt"][body] and b["mocapid"][body] < 0
+
+  order = list(range(nbody))
+  i = 1
+  while i < len(order):
+    body = order[i]
+    if not fusable(body):
+      i += 1
+      continue
+    p, pos, quat = parent[body], b["pos"][body], b["quat"][body]
+    if p != 0 and b["mass"][body] >= 1e-15:
+      fields = ("mass", "ipos", "iquat", "inertia")
+      try:
+        merged = inertia.accumulate_inertia(tuple(b[f][p] for f in fields),
+                                            tuple(b[f][body] for f in fields), pos, quat)
+      except ValueError:
+        raise ValueError(p, "the inertia of the static bodies fused into this body must have "
+                         "positive eigenvalues") from None
+      for f, value in zip(fields, merged):
+        b[f][p] = value
+    for c in children[body]:
+      b["pos"][c], b["quat"][c] = frames.frame_accum(pos, quat, b["pos"][c], b["quat"][c])
+      parent[c] = p
+    at = children[p].index(body)
+    children[p][at:at + 1] = children[body]
+    for kind in ("geom", "site", "cam"):
+      rows = getattr(tree, kind)
+      for e in owned[kind][body]:
+        rows["pos"][e], rows["quat"][e] = frames.frame_accum(pos, quat, rows["pos"][e],
+                                                             rows["quat"][e])
+        if kind == "cam":
+          rows["quat"][e] = np.array(frames.normvec(rows["quat"][e])[0])
+    for e in owned["light"][body]:
+      rows = tree.light
+      rows["pos"][e] = frames.frame_accum(pos, quat, rows["pos"][e], _UNIT)[0]
+      rows["dir"][e] = np.array(frames.normvec(frames.rot_vec_quat(rows["dir"][e], quat))[0])
+    for kind in ("geom", "site", "cam", "light"):
+      owned[kind][p] += owned[kind][body]
+    order.pop(i)
+
+  new = {old: k for k, old in enumerate(order)}
+  for key in b:
+    b[key] = [b[key][old] for old in order]
+  b["parentid"] = [new[parent[old]] for old in order]
+  for kind in kinds:
+    rows = getattr(tree, kind)
+    elements = [(new[body], e) for body in order for e in owned[kind][body]]
+    for key in rows:
+      rows[key] = [rows[key][e] for _, e in elements]
+    rows["bodyid"] = [body for body, _ in elements]
 
 
 def check_unique_names(source: Source, tree: Tree) -> None:

@@ -462,6 +462,50 @@ def body_inertial(masses: Sequence[float], inertias: np.ndarray, poss: np.ndarra
   return mass, np.array(ipos), iquat, inertia
 
 
+def accumulate_inertia(body: tuple[float, np.ndarray, np.ndarray, np.ndarray],
+                       other: tuple[float, np.ndarray, np.ndarray, np.ndarray],
+                       other_pos: Sequence[float], other_quat: Sequence[float]
+                       ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+  """mjCBody::AccumulateInertia: a body's inertial frame with another's added, as
+  ``<compiler fusestatic>`` adds a fused body's to its parent's.
+
+  Args:
+    body, other: (mass, ipos (3,), iquat (4,), principal inertia (3,)), each in its own body's
+      frame.
+    other_pos, other_quat: the other body's frame in the first body's.
+  Returns:
+    (mass, ipos (3,), iquat (4,), inertia (3,)) of the sum; all zero (identity iquat) where the
+    total mass is below 1e-15.
+  Raises:
+    ValueError: the summed inertia is not positive definite.
+  """
+  opos, oquat = frames.frame_accum(other_pos, other_quat, other[1], other[2])
+  masses = [float(body[0]), float(other[0])]
+  iposs = [[float(x) for x in body[1]], [float(x) for x in opos]]
+  iquats = [body[2], oquat]
+  inertias = [[float(x) for x in body[3]], [float(x) for x in other[3]]]
+  mass = 0.0
+  com = [0.0, 0.0, 0.0]
+  for j in range(2):
+    mass += masses[j]
+    for k in range(3):
+      com[k] += masses[j] * iposs[j][k]
+  if mass < 1e-15:
+    return 0.0, np.zeros(3), np.array([1.0, 0.0, 0.0, 0.0]), np.zeros(3)
+  com = [c / mass for c in com]
+  total = [0.0] * 6
+  for j in range(2):
+    x, y, z = (iposs[j][k] - com[k] for k in range(3))
+    rotated = _global_inertia(inertias[j], iquats[j])
+    m = masses[j]
+    shift = [m * (y * y + z * z), m * (x * x + z * z), m * (x * x + y * y),
+             -m * x * y, -m * x * z, -m * y * z]
+    for k in range(6):
+      total[k] += rotated[k] + shift[k]
+  iquat, inertia = full_inertia_frame(total)
+  return mass, np.array(com), iquat, inertia
+
+
 def bound_inertial(mass: float, inertia: Sequence[float], *, boundmass: float = 0.0,
                    boundinertia: float = 0.0,
                    balanceinertia: bool = False) -> tuple[float, np.ndarray]:
