@@ -365,7 +365,10 @@ _CASES = [
     ("light_target", _body(_GOOD_BODY + "<light mode='targetbody' target='nope'/>"), 4,
      "light", "target", "unknown target body 'nope'"),
     ("camera_repeated", _body(_GOOD_BODY + "<camera name='c'/>\n<camera name='c'/>"), 5,
-     "camera", "name", "repeated camera name"),    ("fusestatic_inertia", "<mujoco>\n<compiler fusestatic='true'/>\n<worldbody>\n"
+     "camera", "name", "repeated camera name"),
+    ("mesh_maxhullvert", "<mujoco><asset><mesh name='m' maxhullvert='3' vertex='0 0 0 1 0 0 "
+     "0 1 0 0 0 1'/></asset></mujoco>", 1, "mesh", "maxhullvert", "larger than 3"),
+    ("fusestatic_inertia", "<mujoco>\n<compiler fusestatic='true'/>\n<worldbody>\n"
      "<body name='p'>\n<joint/>\n<geom size='.1' mass='0'/>\n<body pos='.1 0 0'>\n"
      "<inertial pos='0 0 0' mass='1' diaginertia='1e-20 1e-20 1e-20'/>\n</body>\n</body>\n"
      "</worldbody>\n</mujoco>", 4, "body", None, "static bodies fused into this body"),
@@ -381,9 +384,6 @@ _UNSUPPORTED = [
      "<body name='b' pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody><deformable>"
      "<flex name='f' dim='1' body='a b' vertex='0 0 0 0 0 0' element='0 1'/></deformable>"
      "</mujoco>", 1, "flex", None),
-    ("mesh_maxhullvert", "<mujoco><asset><mesh name='m' maxhullvert='5' vertex='0 0 0 1 0 0 "
-     "0 1 0 0 0 1 1 1 0 1 0 1 0 1 1 1 1 1'/></asset><worldbody><geom type='mesh' mesh='m'/>"
-     "</worldbody></mujoco>", 1, "mesh", "maxhullvert"),
     ("key_plastic", "<mujoco><worldbody><body><joint stiffness='1' springyield='0.5'/>"
      "<geom size='1'/></body></worldbody><keyframe><key plastic='0.1'/></keyframe></mujoco>",
      1, "key", "plastic"),
@@ -596,13 +596,6 @@ def test_body_plugin_is_refused():
   with pytest.raises(MJCFError, match="not supported by flexor yet") as info:
     flexor.load_mjcf_string(xml)
   assert info.value.element == "plugin"
-
-
-def test_maxhullvert_that_cuts_nothing_loads():
-  xml = ("<mujoco><asset><mesh name='m' maxhullvert='8' vertex='0 0 0 1 0 0 0 1 0 0 0 1 1 1 0 "
-         "1 0 1 0 1 1 1 1 1'/></asset><worldbody><geom type='mesh' mesh='m'/></worldbody>"
-         "</mujoco>")
-  assert flexor.load_mjcf_string(xml).ngeom == 1
 
 
 @pytest.mark.parametrize("xml,attribute,word", [

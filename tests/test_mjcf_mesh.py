@@ -470,6 +470,50 @@ def test_polygon_tables_are_mujocos(fname):
                                   err_msg=name)
 
 
+def _torus(rings: int = 24, sides: int = 12) -> np.ndarray:
+  """Vertices (rings * sides, 3) of a torus (radii 3 and 1): many equally far points, where the
+  order in which qhull adds them decides which ones a vertex limit keeps."""
+  u = 2 * np.pi * np.arange(rings)[:, None] / rings
+  v = 2 * np.pi * np.arange(sides)[None, :] / sides
+  pts = np.stack([(3 + np.cos(v)) * np.cos(u), (3 + np.cos(v)) * np.sin(u),
+                  np.sin(v) + 0 * u], axis=-1)
+  return pts.reshape(-1, 3).astype(np.float32)
+
+
+@pytest.mark.parametrize("limit", [4, 5, 12, 64, 1000])
+@pytest.mark.parametrize("shape", ["torus", "cloud"])
+def test_maxhullvert_cuts_the_hull_as_mujoco(shape, limit):
+  """``maxhullvert`` stops qhull once the hull has that many vertices, with MuJoCo's own qhull
+  options: the same hull (vertices, and triangles in their order; the graph lists the vertices
+  in another order, see ``mesh.hull_graph``), polygons and convex inertia, and the same
+  accelerations of the cut hull resting on a plane."""
+  pts = _torus() if shape == "torus" else np.random.default_rng(5).normal(
+      size=(200, 3)).astype(np.float32)
+  vertex = " ".join(repr(float(x)) for x in pts.ravel())
+  xml = (f"<mujoco><asset><mesh name='m' maxhullvert='{limit}' inertia='convex' "
+         f"vertex='{vertex}'/></asset><worldbody><geom type='plane' size='9 9 .1'/>"
+         "<body pos='0 0 2.5' euler='.3 .2 .1'><freejoint/><geom type='mesh' mesh='m'/></body>"
+         "</worldbody></mujoco>")
+  ours = flexor.load_mjcf_string(xml, dtype=np.float64)
+  theirs = mujoco.MjModel.from_xml_string(xml)
+  graph, expected = np.asarray(ours.mesh_graph), theirs.mesh_graph
+  nvert, nface = expected[:2]
+  assert graph[:2].tolist() == [nvert, nface] and nvert <= limit
+  np.testing.assert_array_equal(np.sort(graph[2 + nvert:2 + 2 * nvert]),
+                                np.sort(expected[2 + nvert:2 + 2 * nvert]))
+  np.testing.assert_array_equal(graph[-3 * nface:], expected[-3 * nface:])
+  for name in ("mesh_polyvertadr", "mesh_polyvertnum", "mesh_polyvert", "mesh_polymap",
+               "mesh_polynormal", "body_mass", "body_inertia", "body_ipos", "body_iquat"):
+    np.testing.assert_allclose(np.asarray(getattr(ours, name)), getattr(theirs, name),
+                               rtol=1e-12, atol=1e-12, err_msg=name)
+  md = mujoco.MjData(theirs)
+  md.qpos[2] = 1.0 if shape == "torus" else 0.5
+  mujoco.mj_forward(theirs, md)
+  d = flexor.forward(ours, flexor.make_data(ours).replace(qpos=md.qpos.copy()))
+  assert md.ncon > 0
+  np.testing.assert_allclose(np.asarray(d.qacc), md.qacc, rtol=1e-8, atol=1e-8)
+
+
 @pytest.mark.parametrize("path", [_CONVEX], ids=["convex"])
 def test_hull_tables(path):
   """The hull rows the mesh colliders index (mesh.hull_tables) hold, for every mesh of the

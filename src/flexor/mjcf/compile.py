@@ -173,10 +173,13 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
           name = os.path.splitext(os.path.basename(file))[0]
         if name in meshes:
           raise r.error(f"repeated mesh name {name!r}", "name")
+        maxhullvert = r.int("maxhullvert", -1)
+        if maxhullvert != -1 and maxhullvert < 4:
+          raise r.error(f"maxhullvert must be larger than 3, got {maxhullvert}", "maxhullvert")
         options = dict(scale=r.floats("scale", 3, (1.0, 1.0, 1.0)),
                        refpos=r.floats("refpos", 3, (0.0, 0.0, 0.0)),
                        refquat=r.floats("refquat", 4, (1.0, 0.0, 0.0, 0.0)),
-                       inertia_mode=r.text("inertia", "legacy"))
+                       inertia_mode=r.text("inertia", "legacy"), maxhullvert=maxhullvert)
         builtin = r.text("builtin", "none")
         if builtin != "none":
           params = r.floats("params")
@@ -206,7 +209,6 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
             info = mesh.process_mesh(vertex.reshape(-1, 3), face.reshape(-1, 3), name, **options)
           except ValueError as e:
             raise r.error(str(e), "vertex") from None
-        _check_maxhullvert(r, info)
         meshes[name] = (len(meshes), info)
       elif element.tag == "texture":
         for attr in ("file", "fileright", "fileleft", "fileup", "filedown", "filefront",
@@ -237,25 +239,6 @@ def _assets(source: Source, defaults: Defaults, compiler: Compiler):
   return meshes, hfields, materials
 
 
-def _check_maxhullvert(r: Reader, info: Any) -> None:
-  """A mesh's ``maxhullvert``: MuJoCo stops its convex hull at that many vertices, which
-  flexor does not; refused where it would cut the hull."""
-  limit = r.int("maxhullvert", -1)
-  if limit == -1:
-    return
-  if limit < 4:
-    raise r.error(f"maxhullvert must be larger than 3, got {limit}", "maxhullvert")
-  if len(info.vert) <= limit:
-    return
-  try:
-    hull = info.hull if info.hull is not None else mesh.convex_hull(info.vert, info.name)
-  except ValueError:
-    return  # no hull: nothing to cut
-  if len(np.unique(hull)) > limit:
-    raise r.error(f"a convex hull cut to {limit} vertices (maxhullvert) is not supported by "
-                  "flexor yet", "maxhullvert")
-
-
 def _hull(source: Source, info: Any, colliding: bool) -> np.ndarray | None:
   """The mesh's convex hull triangles where MuJoCo makes one (processing made it, or a geom
   that can collide uses the mesh), else None; a colliding mesh without one is an error."""
@@ -264,8 +247,9 @@ def _hull(source: Source, info: Any, colliding: bool) -> np.ndarray | None:
   try:
     # MuJoCo runs qhull on the vertices as given (qhull's order depends on them)
     if info.vert_asset is None:
-      return mesh.convex_hull(info.vert, info.name)
-    return mesh.convex_hull(info.vert_asset, info.name, final=info.vert)
+      return mesh.convex_hull(info.vert, info.name, maxhullvert=info.maxhullvert)
+    return mesh.convex_hull(info.vert_asset, info.name, final=info.vert,
+                            maxhullvert=info.maxhullvert)
   except ValueError as e:
     named = lambda el: el.get("name") or os.path.splitext(os.path.basename(el.get("file")))[0]
     element = next((el for asset in source.sections("asset") for el in asset

@@ -58,6 +58,7 @@ class MeshInfo:
       (convex inertia, or a mesh given without faces), else None.
     vert_asset: (nvert, 3) the vertices as given (float32 as stored), before refpos, refquat
       and scale: MuJoCo runs qhull and merges coplanar hull faces into polygons on these.
+    maxhullvert: the most vertices the convex hull may have (``maxhullvert``; -1: no limit).
   """
 
   name: str
@@ -72,6 +73,7 @@ class MeshInfo:
   inertia_mode: str
   hull: np.ndarray | None = None
   vert_asset: np.ndarray | None = None
+  maxhullvert: int = -1
 
 
 def parse_stl(data: bytes, name: str = "") -> tuple[np.ndarray, np.ndarray]:
@@ -256,7 +258,7 @@ def load_mesh(data: bytes, name: str, *, content_type: str | None = None,
               scale: Sequence[float] = (1.0, 1.0, 1.0),
               refpos: Sequence[float] = (0.0, 0.0, 0.0),
               refquat: Sequence[float] = (1.0, 0.0, 0.0, 0.0),
-              inertia_mode: str = "legacy") -> MeshInfo:
+              inertia_mode: str = "legacy", maxhullvert: int = -1) -> MeshInfo:
   """Loads and processes a mesh file as MuJoCo's compiler does (mjCMesh::Compile).
 
   Args:
@@ -272,6 +274,7 @@ def load_mesh(data: bytes, name: str, *, content_type: str | None = None,
       pyramid counted with positive volume). ``exact`` uses signed volumes, ``shell`` puts the
       mass on the surface, ``convex`` takes the inertia of the convex hull (see
       :func:`convex_hull`).
+    maxhullvert: ``maxhullvert``, the most vertices the convex hull may have (-1: no limit).
   Returns:
     The processed :class:`MeshInfo`.
   Raises:
@@ -291,14 +294,14 @@ def load_mesh(data: bytes, name: str, *, content_type: str | None = None,
     raise ValueError(f"mesh '{name}': unknown or unsupported mesh file type; expected .stl, "
                      ".obj or .msh (or content_type)")
   return process_mesh(vert, face, name, scale=scale, refpos=refpos, refquat=refquat,
-                      inertia_mode=inertia_mode)
+                      inertia_mode=inertia_mode, maxhullvert=maxhullvert)
 
 
 def process_mesh(vert: np.ndarray, face: np.ndarray, name: str, *,
                  scale: Sequence[float] = (1.0, 1.0, 1.0),
                  refpos: Sequence[float] = (0.0, 0.0, 0.0),
                  refquat: Sequence[float] = (1.0, 0.0, 0.0, 0.0),
-                 inertia_mode: str = "legacy") -> MeshInfo:
+                 inertia_mode: str = "legacy", maxhullvert: int = -1) -> MeshInfo:
   """mjCMesh::Process for vertices (nvert, 3) (float32 as stored, or as given in ``<mesh
   vertex>``) and faces (nface, 3); arguments as :func:`load_mesh`."""
   if inertia_mode not in INERTIA_MODES:
@@ -315,8 +318,8 @@ def process_mesh(vert: np.ndarray, face: np.ndarray, name: str, *,
     face = face[:, [0, 2, 1]]
   given = vert
   vert = _transform(vert, refpos, refquat, scale)
-  hull = (convex_hull(given, name, final=vert) if inertia_mode == "convex" or not len(face)
-          else None)
+  hull = (convex_hull(given, name, final=vert, maxhullvert=maxhullvert)
+          if inertia_mode == "convex" or not len(face) else None)
   if not len(face):  # a point cloud: MuJoCo takes the hull's triangles as the mesh's faces
     face = hull
   a, b, c = vert[face[:, 0]], vert[face[:, 1]], vert[face[:, 2]]
@@ -374,7 +377,7 @@ def process_mesh(vert: np.ndarray, face: np.ndarray, name: str, *,
   return MeshInfo(name=name, vert=v, face=face, pos=np.asarray(com, dtype=np.float64),
                   quat=np.asarray(quat), volume=float(volume), inertia=np.asarray(ev),
                   inertia_box=box, aamm=aamm, inertia_mode=inertia_mode, hull=hull,
-                  vert_asset=given)
+                  vert_asset=given, maxhullvert=maxhullvert)
 
 
 def hull_extrema(vert: np.ndarray, globalid: np.ndarray) -> np.ndarray:
@@ -757,8 +760,8 @@ def hull_graph(hull: np.ndarray) -> np.ndarray:
                          np.concatenate(edges), hull.reshape(-1)]).astype(np.int32)
 
 
-def convex_hull(vert: np.ndarray, name: str = "", final: np.ndarray | None = None
-                ) -> np.ndarray:
+def convex_hull(vert: np.ndarray, name: str = "", final: np.ndarray | None = None,
+                maxhullvert: int = -1) -> np.ndarray:
   """Outward-oriented triangles (nface, 3) of the convex hull of points (nvert, 3), as MuJoCo's
   mjCMesh::MakeGraph takes them from qhull ("qhull Qt"; here qhull through scipy.spatial,
   which jax requires): qhull's facets in qhull's order, each facet's vertices in qhull's order
@@ -767,7 +770,9 @@ def convex_hull(vert: np.ndarray, name: str = "", final: np.ndarray | None = Non
   polygon's first vertex and the polygons' order. MuJoCo runs qhull on the vertices as given,
   before refpos, refquat and scale; ``final`` (nvert, 3), the same points after them: where
   they mirror the mesh, every triangle is turned to face out of it (not checked against
-  MuJoCo).
+  MuJoCo). With ``maxhullvert`` (not -1) qhull stops once the hull has that many vertices,
+  with MuJoCo's options exactly ("Qt Q9 TA<maxhullvert - 4>": the furthest point of all
+  facets first, and no more than maxhullvert - 4 points added to the first simplex).
 
   Raises:
     ValueError: fewer than 4 points or all points (nearly) in one plane.
@@ -787,7 +792,10 @@ def convex_hull(vert: np.ndarray, name: str = "", final: np.ndarray | None = Non
   if not abs(dist[i3]) > eps * np.linalg.norm(n):
     raise ValueError(f"mesh '{name}': the points are flat; their convex hull has no volume")
   try:
-    hull = ConvexHull(v)
+    # scipy's default options are not MuJoCo's "Qt", but give its facets in the same order;
+    # with a vertex limit only MuJoCo's own options stop at its vertices
+    hull = (ConvexHull(v) if maxhullvert == -1
+            else ConvexHull(v, qhull_options=f"Qt Q9 TA{maxhullvert - 4}"))
   except QhullError as e:
     raise ValueError(f"mesh '{name}': qhull failed on the convex hull: {e}") from None
   face = np.asarray(hull.simplices, dtype=np.int64).copy()
