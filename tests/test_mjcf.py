@@ -54,7 +54,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "geom_surface": ("geom_adhesion", "geom_surfacevel", "pair_adhesion", "flg_adhesion",
                      "flg_surfacevel"),
     "geom_visual": ("nmat", "geom_rgba", "geom_matid", "mat_rgba"),
-    "site": ("site_bodyid", "site_sameframe", "site_pos", "site_quat", "site_size"),
+    "site": ("site_bodyid", "site_sameframe", "site_pos", "site_quat", "site_size",
+             "site_dataid"),
     "camera": ("cam_mode", "cam_bodyid", "cam_targetbodyid", "cam_pos", "cam_quat",
                "cam_projection", "cam_fovy", "cam_resolution", "cam_sensorsize",
                "cam_intrinsic"),
@@ -92,7 +93,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "names": ("names_body", "names_jnt", "names_geom", "names_site", "names_cam",
               "names_light", "names_actuator", "names_tendon", "names_key"),
     "mesh": ("mesh_vertadr", "mesh_vertnum", "mesh_vert", "mesh_faceadr", "mesh_facenum",
-             "mesh_face"),
+             "mesh_face", "mesh_pos", "mesh_quat"),
     "option": ("opt",),
 }
 

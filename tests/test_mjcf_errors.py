@@ -608,9 +608,6 @@ def test_body_plugin_is_refused():
                  "speculative", "not built", id="flag_speculative"),
     pytest.param("<mujoco><option><flag nativeccd='disable'/></option></mujoco>", "nativeccd",
                  "not built", id="flag_nativeccd"),
-    pytest.param("<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset>"
-                 "<worldbody><site type='mesh' mesh='m'/></worldbody></mujoco>", "type",
-                 "fits it to the mesh", id="site_mesh"),
 ])
 def test_misbehaving_models_warn(xml, attribute, word):
   """Models MuJoCo accepts but that will not do what they seem to: loaded, with a warning."""

@@ -412,8 +412,10 @@ def test_framepos_gradient_matches_central_differences():
 
 
 def _sensor_xml(sensor: str) -> str:
-  return ("<mujoco>\n<worldbody>\n<body name='b'>\n<joint name='j'/>\n"
-          "<geom name='g' size='0.1'/>\n<site name='s'/>\n</body>\n</worldbody>\n<sensor>\n"
+  return ("<mujoco>\n<asset><mesh name='c' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset>"
+          "<worldbody>\n<body name='b'>\n<joint name='j'/>\n"
+          "<geom name='g' size='0.1'/>\n<site name='s'/>\n</body>\n"
+          "<site name='m' type='mesh' mesh='c'/></worldbody>\n<sensor>\n"
           f"{sensor}\n</sensor>\n</mujoco>")
 
 
@@ -452,6 +454,7 @@ def _sensor_xml(sensor: str) -> str:
     ("<contact data='pos grip'/>", "contact", "data", "invalid keyword 'grip'"),
     ("<contact reduce='sum'/>", "contact", "reduce", "invalid keyword"),
     ("<contact data='linvel' reduce='netforce'/>", "contact", "reduce", "incompatible"),
+    ("<touch site='m'/>", "touch", "site", "mesh site"),
 ])
 def test_errors(sensor: str, element: str, attribute: str | None, match: str):
   with pytest.raises(MJCFError, match=match) as info:
@@ -598,8 +601,12 @@ def _sensordata_at(mj: mujoco.MjModel, fm: Model, qpos: np.ndarray):
 
 _INSIDE = """
 <mujoco>
+  <asset>
+    <mesh name="hull" scale=".6 .4 .5" vertex="0 0 0  1 0 0  0 1 0  0 0 1  1 1 .5  .2 .9 .8"/>
+  </asset>
   <worldbody>
     <site name="sphere" type="sphere" size=".3"/>
+    <site name="mesh" type="mesh" mesh="hull" pos="-.2 -.1 0" euler="10 20 30"/>
     <site name="capsule" type="capsule" size=".2 .3" pos=".2 0 0" euler="20 30 0"/>
     <site name="ellipsoid" type="ellipsoid" size=".3 .2 .4" euler="0 10 20"/>
     <site name="cylinder" type="cylinder" size=".25 .2" euler="40 0 10"/>
@@ -620,15 +627,17 @@ _INSIDE = """
 
 def test_insidesite_matches_mujoco():
   """insidesite for every site volume and object type (a massless body by its subtree's centre
-  of mass), over random poses in and out of the sites."""
+  of mass), over random poses in and out of the sites; a mesh site's volume is its mesh's
+  convex hull, placed in the site's frame by the mesh's offset."""
   sensors = "".join(f'<insidesite site="{site}" objtype="{kind}" objname="{name}"/>'
-                    for site in ("sphere", "capsule", "ellipsoid", "cylinder", "box")
+                    for site in ("sphere", "capsule", "ellipsoid", "cylinder", "box", "mesh")
                     for kind, name in (("body", "a"), ("xbody", "a"), ("geom", "ga"),
                                        ("site", "sa"), ("body", "massless")))
   xml = _INSIDE.format(sensors=sensors)
   mj, fm = mujoco.MjModel.from_xml_string(xml), flexor.load_mjcf_string(xml)
   for field in ("type", "datatype", "needstage", "objtype", "objid", "reftype", "refid"):
     np.testing.assert_array_equal(getattr(fm, f"sensor_{field}"), getattr(mj, f"sensor_{field}"))
+  np.testing.assert_allclose(fm.site_size, mj.site_size, rtol=1e-6)
   rng = np.random.default_rng(0)
   qpos = np.tile(mj.qpos0, (60, 1))
   qpos[:, :3] = rng.uniform(-.45, .45, (60, 3))

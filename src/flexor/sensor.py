@@ -190,9 +190,9 @@ def _framepos(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
                        lambda ref_mat, ref_pos: math.mat_t_vec(ref_mat, pos - ref_pos))
 
 
-def _inside(site_type: int, size: jax.Array, p: jax.Array) -> jax.Array:
+def _inside_shape(site_type: int, size: jax.Array, p: jax.Array) -> jax.Array:
   """Whether points p (n, 3) in sites' frames lie strictly inside their volumes, size (n, 3),
-  of one GeomType (mju_insideGeom)."""
+  of one primitive GeomType (mju_insideGeom)."""
   r2 = size[:, 0] * size[:, 0]
   radial = p[:, 0] * p[:, 0] + p[:, 1] * p[:, 1]
   if site_type == GeomType.SPHERE:
@@ -207,6 +207,35 @@ def _inside(site_type: int, size: jax.Array, p: jax.Array) -> jax.Array:
   return jnp.all(jnp.abs(p) < size, axis=-1)
 
 
+def _inside_hull(m: Model, mesh: np.ndarray, p: jax.Array) -> jax.Array:
+  """Whether points p (n, 3) in mesh sites' frames lie strictly inside the convex hulls of
+  their meshes (n,), placed in the site frame by the mesh's offset (mesh_pos, mesh_quat):
+  below the plane of every hull polygon."""
+  count = m.mesh_polynum[mesh]
+  slot = np.arange(max(int(count.max(initial=0)), 1))
+  valid = slot < count[:, None]
+  poly = np.where(valid, m.mesh_polyadr[mesh][:, None] + slot, 0)           # (n, P)
+  first = m.mesh_vertadr[mesh][:, None] + m.mesh_polyvert[m.mesh_polyvertadr[poly]]
+  local = math.mat_t_vec(math.quat_to_mat(m.mesh_quat[mesh]), p - m.mesh_pos[mesh])
+  side = jnp.sum(m.mesh_polynormal[poly] * (local[:, None, :] - m.mesh_vert[first]), axis=-1)
+  return jnp.all(~valid | (side < 0), axis=-1)
+
+
+def _inside(m: Model, site: np.ndarray, p: jax.Array) -> jax.Array:
+  """Whether points p (n, 3), each in its site's frame (site (n,) static ids), lie strictly
+  inside the sites' volumes (mj_insideSite): the primitive shape, or a mesh site's hull."""
+  inside = jnp.zeros(len(site), bool)
+  for site_type in np.unique(m.site_type[site]):
+    mine = m.site_type[site] == site_type
+    if site_type == GeomType.MESH:
+      mesh = m.site_dataid[site]
+      value = _inside_hull(m, np.where(mine, mesh, mesh[mine][0]), p)
+    else:
+      value = _inside_shape(int(site_type), m.site_size[site], p)
+    inside = jnp.where(mine, value, inside)
+  return inside
+
+
 def _insidesite(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   """1 where the object's frame origin (a massless body's: its subtree's centre of mass) lies
   inside the site's volume, else 0 (n, 1)."""
@@ -217,11 +246,7 @@ def _insidesite(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
   pos = jnp.where(massless[:, None], d.subtree_com[objid], pos)
   site = m.sensor_refid[ids]
   local = math.mat_t_vec(d.site_xmat[site], pos - d.site_xpos[site])
-  inside = jnp.zeros(len(ids), bool)
-  for site_type in np.unique(m.site_type[site]):
-    mine = m.site_type[site] == site_type
-    inside = jnp.where(mine, _inside(int(site_type), m.site_size[site], local), inside)
-  return inside.astype(d.qpos.dtype)[:, None]
+  return _inside(m, site, local).astype(d.qpos.dtype)[:, None]
 
 
 def _distance_pairs(m: Model, ids: np.ndarray) -> list[list[tuple[int, int]]]:
@@ -504,8 +529,7 @@ def _contact_match(m: Model, d: Data, i: int) -> jax.Array:
     return exist.astype(jnp.int32)
   if objtype == ObjType.SITE:
     local = math.mat_t_vec(d.site_xmat[objid], d.contact_pos - d.site_xpos[objid][None, :])
-    size = jnp.broadcast_to(m.site_size[objid], local.shape)
-    exist = exist & _inside(int(m.site_type[objid]), size, local)
+    exist = exist & _inside(m, np.full(len(local), objid), local)
   m11, m12 = (_check_match(m, objtype, objid, body[:, k], geom[:, k]) for k in (0, 1))
   m21, m22 = (_check_match(m, reftype, refid, body[:, k], geom[:, k]) for k in (0, 1))
   exist = exist & (m11 | m12) & (m21 | m22)

@@ -680,6 +680,7 @@ class Model(_Node):
   site_quat: jax.Array = _field("nsite", 4)
   site_size: jax.Array = _field("nsite", 3, fill=0.005)
   site_type: np.ndarray = _field("nsite", fill=2)   # GeomType of the site's volume (touch sensors)
+  site_dataid: np.ndarray = _field("nsite", fill=-1)  # a mesh site's mesh, else -1
 
   # cameras and lights (mj_camlight): a pose on a body and a CamLight mode; the *0 fields are
   # the fixed-mode frames at qpos0, relative to the body (pos0) or to the subtree com of the
@@ -717,6 +718,8 @@ class Model(_Node):
   mesh_vertadr: np.ndarray = _field("nmesh", fill=0)
   mesh_vertnum: np.ndarray = _field("nmesh", fill=0)
   mesh_vert: jax.Array = _field("nmeshvert", 3, fill=0.0)
+  mesh_pos: jax.Array = _field("nmesh", 3, fill=0.0)   # the mesh frame in the asset's coordinates
+  mesh_quat: jax.Array = _field("nmesh", 4, fill=(1.0, 0.0, 0.0, 0.0))
   mesh_faceadr: np.ndarray = _field("nmesh", fill=0)
   mesh_facenum: np.ndarray = _field("nmesh", fill=0)
   mesh_face: np.ndarray = _field("nmeshface", 3, fill=0)  # triangles (mesh vertex ids): rays

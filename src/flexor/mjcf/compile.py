@@ -291,6 +291,8 @@ def _mesh_fields(source: Source, infos: list[Any], colliding: set[int]) -> dict[
   graph = [g for g in graphs if g is not None]
   facenum = np.array([len(info.face) for info in infos], np.int32)
   return dict(mesh_vertadr=cumulative(num), mesh_vertnum=num, mesh_vert=vert.reshape(-1, 3),
+              mesh_pos=np.array([info.pos for info in infos], np.float64).reshape(-1, 3),
+              mesh_quat=np.array([info.quat for info in infos], np.float64).reshape(-1, 4),
               mesh_faceadr=cumulative(facenum), mesh_facenum=facenum,
               mesh_face=np.concatenate([info.face for info in infos]).astype(np.int32),
               mesh_graphadr=np.where([g is None for g in graphs], -1,
@@ -305,13 +307,14 @@ def _mesh_fields(source: Source, infos: list[Any], colliding: set[int]) -> dict[
 
 
 def _colliding_meshes(fields: dict[str, Any], referred: set[str]) -> set[int]:
-  """Ids of the meshes some mesh geom uses that has contype or conaffinity or is referred to
-  (MuJoCo's SetNeedHull)."""
+  """Ids of the meshes some mesh geom uses that has contype or conaffinity or is referred to,
+  or some mesh site uses (MuJoCo's SetNeedHull; insidesite tests the site's hull)."""
   g_type, dataid = fields["geom_type"], fields["geom_dataid"]
   names = fields["names_geom"]
   return {int(dataid[i]) for i in range(len(g_type))
           if g_type[i] == GeomType.MESH and dataid[i] >= 0
-          and (fields["geom_contype"][i] or fields["geom_conaffinity"][i] or names[i] in referred)}
+          and (fields["geom_contype"][i] or fields["geom_conaffinity"][i] or names[i] in referred)
+          } | {int(k) for k in fields["site_dataid"] if k >= 0}
 
 
 def _nonvisual_geom_names(source: Source) -> set[str]:
@@ -330,17 +333,19 @@ def _nonvisual_geom_names(source: Source) -> set[str]:
 def _discard_visual(tree: Tree, infos: list[Any], referred: set[str]) -> list[Any]:
   """``<compiler discardvisual>``: drops geoms that neither collide (by contype/conaffinity) nor
   are referred to (names in ``referred``) nor use the ellipsoid fluid model
-  (after they counted for inertia, as in MuJoCo), the meshes no remaining geom uses, and every
-  material."""
-  g = tree.geom
+  (after they counted for inertia, as in MuJoCo), the meshes no remaining geom or site uses,
+  and every material."""
+  g, s = tree.geom, tree.site
   keep = [i for i in range(len(g["type"]))
           if g["contype"][i] or g["conaffinity"][i] or g["fluid"][i][0] > 0
           or g["name"][i] in referred]
   for key in g:
     g[key] = [g[key][i] for i in keep]
-  used = sorted({d for d, t in zip(g["dataid"], g["type"]) if t == GeomType.MESH})
+  used = sorted({d for d, t in zip(g["dataid"], g["type"]) if t == GeomType.MESH}
+                | {d for d in s["dataid"] if d >= 0})
   remap = {old: new for new, old in enumerate(used)}
   g["dataid"] = [remap[d] if t == GeomType.MESH else d for d, t in zip(g["dataid"], g["type"])]
+  s["dataid"] = [remap.get(d, -1) for d in s["dataid"]]
   g["matid"] = [-1] * len(keep)  # materials are visual: all are discarded
   return [infos[i] for i in used]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -90,7 +89,7 @@ def _new_tree() -> Tree:
               geom={k: [] for k in "type contype conaffinity condim bodyid dataid group priority "
                     "solmix solref solimp size rbound pos quat friction margin gap adhesion "
                     "surfacevel fluid name element mass inertia rgba matid".split()},
-              site={k: [] for k in "bodyid pos quat size type name element".split()},
+              site={k: [] for k in "bodyid pos quat size type dataid name element".split()},
               cam={k: [] for k in "bodyid mode target pos quat projection fovy resolution "
                    "sensorsize intrinsic name element".split()},
               light={k: [] for k in "bodyid mode target pos dir name element".split()},
@@ -497,17 +496,22 @@ class TreeCompiler:
     s = self.tree.site
     r = self.reader(element)
     stype = r.keyword("type", _GEOM_TYPES, GeomType.SPHERE)
-    if stype == GeomType.MESH:
-      warnings.warn(str(r.error("a mesh site keeps its size in flexor, where MuJoCo fits it to "
-                                "the mesh: touch and contact sensors on it see another volume",
-                                "type")))
     size = r.floats("size", 3, (0.005, 0.005, 0.005), at_most=True)
     pos, quat = self.pose(r)
     if r.has("fromto"):
       pos, quat, size = self._fromto(r, stype, pos, size)
+    dataid = -1
+    if stype == GeomType.MESH:
+      # the mesh's half-extents, as a mesh geom's size; unlike a geom, the site keeps its own
+      # frame (insidesite places the mesh in it by the mesh's offset)
+      name = r.text("mesh")
+      if name is None or name not in self.meshes:
+        raise r.error(f"unknown mesh {name!r}" if name else "mesh site needs a 'mesh'", "mesh")
+      dataid, mesh_info = self.meshes[name]
+      size = self._mesh_frame(r, pos, quat, mesh_info)[2]
     pos, quat = self.in_frame(frame, pos, quat)
     for key, value in (("bodyid", bodyid), ("pos", pos), ("quat", quat), ("size", size),
-                       ("type", int(stype)), ("name", element.get("name", "")),
+                       ("type", int(stype)), ("dataid", dataid), ("name", element.get("name", "")),
                        ("element", element)):
       s[key].append(value)
 
@@ -695,6 +699,7 @@ class TreeCompiler:
         site_bodyid=arr(s["bodyid"], (), np.int32), site_pos=arr(s["pos"], (3,)),
         site_quat=arr(s["quat"], (4,)), site_size=arr(s["size"], (3,)),
         site_sameframe=arr(site_sameframe, (), np.int32),
+        site_dataid=arr(s["dataid"], (), np.int32),
         cam_bodyid=arr(t.cam["bodyid"], (), np.int32), cam_mode=arr(t.cam["mode"], (), np.int32),
         cam_targetbodyid=target("camera", t.cam), cam_pos=arr(t.cam["pos"], (3,)),
         cam_quat=arr(t.cam["quat"], (4,)), cam_fovy=arr(t.cam["fovy"], ()),

@@ -273,6 +273,9 @@ def compile_sensors(source: Source, names: dict[str, Names],
           raise r.error("required attribute missing", attr)
         kind = {"joint": "jnt"}.get(attr, attr)
         objid = tables[kind](r, attr)
+        if stype == S.TOUCH and fields["site_type"][objid] == GeomType.MESH:
+          raise r.error("a touch sensor cannot be on a mesh site: MuJoCo 4.0.1 stops with a "
+                        "fatal error there (mju_rayGeom: unexpected geom type 7)", "site")
         if stype == S.CAMPROJECTION:
           if r.text("camera") is None:
             raise r.error("required attribute missing", "camera")
