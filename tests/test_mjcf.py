@@ -89,7 +89,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                  "dof_M0", "dof_invweight0"),
     "equality": ("eq_type", "eq_obj1id", "eq_obj2id", "eq_active0", "eq_data", "eq_solref",
                  "eq_solimp"),
-    "key": ("key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat"),
+    "key": ("key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat",
+            "key_plastic"),
     "names": ("names_body", "names_jnt", "names_geom", "names_site", "names_cam",
               "names_light", "names_actuator", "names_tendon", "names_key"),
     "mesh": ("mesh_vertadr", "mesh_vertnum", "mesh_vert", "mesh_faceadr", "mesh_facenum",
@@ -207,6 +208,28 @@ def test_short_keyframes_are_filled_as_mujoco_fills_them(key: str):
   for field in ("key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat"):
     np.testing.assert_array_equal(np.asarray(getattr(ours, field)).ravel(),
                                   getattr(ref, field).ravel(), err_msg=field)
+
+
+@pytest.mark.parametrize("plastic", ["", "0.1", "0.1 2 3", "0.1 0 1 0 0 0.9 1.2"])
+def test_plastic_keyframes_are_mujocos(plastic: str):
+  """A keyframe's plastic state: the values given, the initial state (qpos_spring, the tendon's
+  length at qpos0) for the rest, a ball's quaternion normalized; make_data(key=) resets to it
+  as mj_resetDataKeyframe does."""
+  xml = f"""<mujoco><worldbody>
+    <body><joint stiffness="1" springyield=".5" springref="20"/><geom size=".2"/>
+      <body pos="0 0 -.5"><joint type="ball" stiffness="1" springyield=".2"/><geom size=".1"/>
+      </body></body>
+    <site name="a"/><body pos="1 0 0"><joint type="slide"/><geom size=".1"/><site name="b"/></body>
+  </worldbody>
+  <tendon><spatial springyield=".1" stiffness="1"><site site="a"/><site site="b"/></spatial></tendon>
+  <keyframe><key plastic="{plastic}"/><key qpos="0.2"/></keyframe></mujoco>"""
+  ours, ref = flexor.load_mjcf_string(xml), mujoco.MjModel.from_xml_string(xml)
+  np.testing.assert_allclose(ours.key_plastic, ref.key_plastic, rtol=1e-12, atol=1e-12)
+  data = mujoco.MjData(ref)
+  for k in range(ref.nkey):
+    mujoco.mj_resetDataKeyframe(ref, data, k)
+    np.testing.assert_allclose(flexor.make_data(ours, key=k).plastic, data.plastic, rtol=1e-12,
+                               atol=1e-12)
 
 
 def test_a_layout_too_large_is_capped_with_a_warning(monkeypatch):

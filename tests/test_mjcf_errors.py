@@ -368,6 +368,9 @@ _CASES = [
      "camera", "name", "repeated camera name"),
     ("mesh_maxhullvert", "<mujoco><asset><mesh name='m' maxhullvert='3' vertex='0 0 0 1 0 0 "
      "0 1 0 0 0 1'/></asset></mujoco>", 1, "mesh", "maxhullvert", "larger than 3"),
+    ("key_plastic_size", "<mujoco><worldbody><body><joint stiffness='1' springyield='0.5'/>"
+     "<geom size='1'/></body></worldbody><keyframe><key plastic='0.1 0.2'/></keyframe></mujoco>",
+     1, "key", "plastic", "at most 1 numbers"),
     ("fusestatic_inertia", "<mujoco>\n<compiler fusestatic='true'/>\n<worldbody>\n"
      "<body name='p'>\n<joint/>\n<geom size='.1' mass='0'/>\n<body pos='.1 0 0'>\n"
      "<inertial pos='0 0 0' mass='1' diaginertia='1e-20 1e-20 1e-20'/>\n</body>\n</body>\n"
@@ -384,9 +387,6 @@ _UNSUPPORTED = [
      "<body name='b' pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody><deformable>"
      "<flex name='f' dim='1' body='a b' vertex='0 0 0 0 0 0' element='0 1'/></deformable>"
      "</mujoco>", 1, "flex", None),
-    ("key_plastic", "<mujoco><worldbody><body><joint stiffness='1' springyield='0.5'/>"
-     "<geom size='1'/></body></worldbody><keyframe><key plastic='0.1'/></keyframe></mujoco>",
-     1, "key", "plastic"),
     ("integrator_discrete", "<mujoco><option integrator='discrete'/></mujoco>", 1, "option",
      "integrator"),
 ]

@@ -33,7 +33,7 @@ from flexor import integrate, kinematics, math, transmission
 from flexor.crb import crb, dof_armature, factor_m, solve_m
 from flexor.tendon import tendon
 from flexor.types import (JNT_NV, BiasType, Data, DisableBit, GainType, IntegratorType, JointType,
-                          Model, TrnType, device_array, make_data)
+                          Model, TrnType, device_array, initial_plastic, make_data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,8 +227,20 @@ def set_const(m: Model, pending: Pending | None = None) -> Model:
   springs = bool(np.any(np.all(np.asarray(m.tendon_lengthspring) == -1, axis=-1)))
   m = m.replace(**_constants(m, make_data(m), _dampratio_actuators(m), springs))
   stiffness, damping = _springdamper(m, pending.springdamper, m.dof_invweight0)
-  m = m.replace(jnt_stiffness=stiffness, dof_damping=damping)
+  m = m.replace(jnt_stiffness=stiffness, dof_damping=damping, key_plastic=_key_plastic(m))
   return _length_ranges(m, pending.lengthrange)
+
+
+def _key_plastic(m: Model) -> np.ndarray:
+  """The keyframes' plastic states (nkey, nplastic): the values a keyframe gives, the initial
+  state (qpos_spring, tendon_lengthspring) for the rest (NaN from the compiler), every ball
+  joint's quaternion normalized, as MuJoCo fills a short ``plastic`` list."""
+  key = np.asarray(m.key_plastic, np.float64)
+  key = np.where(np.isnan(key), initial_plastic(m), key)
+  for j in np.flatnonzero((m.jnt_plasticadr >= 0) & (m.jnt_type == JointType.BALL)):
+    quat = key[:, m.jnt_plasticadr[j]:m.jnt_plasticadr[j] + 4]
+    quat /= np.linalg.norm(quat, axis=1, keepdims=True)
+  return key
 
 
 def _needs_range(m: Model, opt: LengthRangeOptions) -> np.ndarray:

@@ -898,6 +898,7 @@ class Model(_Node):
   key_ctrl: np.ndarray          # (nkey, nu)
   key_mpos: np.ndarray          # (nkey, nmocap, 3)
   key_mquat: np.ndarray         # (nkey, nmocap, 4)
+  key_plastic: np.ndarray       # (nkey, nplastic)
 
   # names, in element order
   names_body: tuple[str, ...]
@@ -1115,7 +1116,7 @@ def _size(model: Model, key: int | str) -> int:
   return key if isinstance(key, int) else int(getattr(model, key))
 
 
-def _plastic0(model: Model) -> np.ndarray:
+def initial_plastic(model: Model) -> np.ndarray:
   """Initial plastic state (nplastic,), as mj_resetData: the plastic joints' qpos_spring entries
   (1, or 4 for a ball) and the plastic tendons' tendon_lengthspring (lower, upper)."""
   plastic = np.zeros(model.nplastic)
@@ -1136,7 +1137,8 @@ def make_data(model: Model, batch_shape: tuple[int, ...] = (), key: int | str | 
   Args:
     model: the compiled model; its dtype decides Data's float dtype.
     batch_shape: leading batch dimensions for every field, for use with ``jax.vmap``.
-    key: optional keyframe index or name whose time, qpos, qvel, act, ctrl and mocap are used.
+    key: optional keyframe index or name whose time, qpos, qvel, act, ctrl, mocap and plastic
+      state are used.
   Returns:
     Data whose leaves are concrete, committed (non-weak) arrays, so a jitted step called with it
     and with its own output traces once.
@@ -1146,12 +1148,13 @@ def make_data(model: Model, batch_shape: tuple[int, ...] = (), key: int | str | 
   mocap_bodies = mocap_bodies[np.argsort(model.body_mocapid[mocap_bodies])]
   values: dict[str, Any] = dict(qpos=model.qpos0, mocap_pos=np.asarray(model.body_pos)[mocap_bodies],
                                 mocap_quat=np.asarray(model.body_quat)[mocap_bodies],
-                                plastic=_plastic0(model), history=_history0(model))
+                                plastic=initial_plastic(model), history=_history0(model))
   if key is not None:
     k = model.name2id("key", key) if isinstance(key, str) else int(key)
     values.update(time=model.key_time[k], qpos=model.key_qpos[k], qvel=model.key_qvel[k],
                   act=model.key_act[k], ctrl=model.key_ctrl[k],
-                  mocap_pos=model.key_mpos[k], mocap_quat=model.key_mquat[k])
+                  mocap_pos=model.key_mpos[k], mocap_quat=model.key_mquat[k],
+                  plastic=model.key_plastic[k])
   fields: dict[str, Any] = {}
   for name, spec in field_table(Data).items():
     shape = tuple(_size(model, s) for s in ((spec["size"],) if spec["size"] else ()) + spec["shape"])

@@ -190,7 +190,7 @@ def _actuator_tables(out: dict[str, Any], jnt_type: np.ndarray) -> dict[str, np.
   return dict(actuator_actslot=slots, actuator_wrap=wrap)
 
 
-def _plastic_tables(f: dict[str, Any], jnt_type: np.ndarray, ntendon: int) -> dict[str, Any]:
+def plastic_tables(f: dict[str, Any], jnt_type: np.ndarray, ntendon: int) -> dict[str, Any]:
   """Data.plastic addresses, as MuJoCo 4's compiler: joints, then tendons, with springyield > 0.
 
   A hinge or slide takes 1 entry, a ball 4 (a quaternion), a tendon 2 (its spring dead band);
@@ -266,7 +266,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       nkey=len(f.get("key_time", ())), npair=len(f.get("pair_geom1", ())),
       nexclude=len(f.get("exclude_signature", ())), nsensor=len(f.get("sensor_type", ())),
       nsensordata=int(np.sum(f.get("sensor_dim", ()), dtype=np.int64)))
-  plastic = _plastic_tables(f, jnt_type, sizes["ntendon"])
+  plastic = plastic_tables(f, jnt_type, sizes["ntendon"])
   sizes["nplastic"] = plastic.pop("nplastic")
   nq, nv, nu, na, nmocap = (sizes[k] for k in ("nq", "nv", "nu", "na", "nmocap"))
 
@@ -315,6 +315,7 @@ def assemble(fields: dict[str, Any], option: Option | None = None, dtype: Any = 
       key_ctrl=f.get("key_ctrl", np.zeros((0, nu))),
       key_mpos=f.get("key_mpos", np.zeros((0, nmocap, 3))),
       key_mquat=f.get("key_mquat", np.zeros((0, nmocap, 4))),
+      key_plastic=f.get("key_plastic", np.zeros((0, sizes["nplastic"]))),
       opt=option if option is not None else make_option(dtype),
   )
   for kind, count in (("body", nbody), ("jnt", njnt), ("geom", sizes["ngeom"]),

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from flexor.mjcf import attach, hfield, mesh, mesh_builtin
-from flexor.mjcf.assemble import assemble, make_option
+from flexor.mjcf.assemble import assemble, make_option, plastic_tables
 from flexor.mjcf.compile_actuator import compile_actuators
 from flexor.mjcf.compile_body import (INERTIA_FROM_GEOM, Compiler, Tree, TreeCompiler,
                                       check_moving_mass, check_unique_names)
@@ -378,12 +378,18 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int, jnt_ele
   nmocap = len(mocap)
   keys: dict[str, list[Any]] = {k: [] for k in "time qpos qvel act ctrl mpos mquat".split()}
   names = []
+  given_plastic: list[np.ndarray] = []
   for section in source.sections("keyframe"):
     for element in section:
       r = _bare(source, element)
-      if r.has("plastic"):
-        raise r.error("keyframes of the plastic state are not supported by flexor yet",
-                      "plastic")
+      plastic = r.floats("plastic", at_least=0) if r.has("plastic") else np.zeros(0)
+      if len(plastic):
+        nplastic = plastic_tables(fields, np.asarray(fields["jnt_type"]),
+                                  len(fields.get("tendon_num", ())))["nplastic"]
+        if len(plastic) > nplastic:
+          raise r.error(f"expected at most {nplastic} numbers (the model's plastic state), got "
+                        f"{len(plastic)}", "plastic")
+      given_plastic.append(plastic)
       names.append(element.get("name", ""))
       keys["time"].append(r.float("time", 0.0))
       # MuJoCo 4.0 fills a short list from the default: value by value, and for mpos and mquat
@@ -412,6 +418,12 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int, jnt_ele
                         ("mpos", fields["body_pos"][mocap].ravel()),
                         ("mquat", fields["body_quat"][mocap].ravel())):
       keys[name].append(np.array(value, dtype=np.float64))
+  nplastic = plastic_tables(fields, np.asarray(fields["jnt_type"]),
+                            len(fields.get("tendon_num", ())))["nplastic"]
+  # NaN: not given, filled from the initial plastic state once setconst has the tendons' lengths
+  key_plastic = np.full((nkey, nplastic), np.nan)
+  for k, plastic in enumerate(given_plastic):
+    key_plastic[k, :len(plastic)] = plastic
   for qpos in keys["qpos"]:
     _normalize_quats(qpos, fields["jnt_type"])
   for mquat in keys["mquat"]:
@@ -423,7 +435,7 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int, jnt_ele
               key_ctrl=np.array(keys["ctrl"]).reshape(nkey, nu),
               key_mpos=np.array(keys["mpos"]).reshape(nkey, nmocap, 3),
               key_mquat=np.array(keys["mquat"]).reshape(nkey, nmocap, 4),
-              names_key=tuple(names))
+              key_plastic=key_plastic, names_key=tuple(names))
 
 
 def _attached_key(key: attach.AttachedKey, keys: dict[str, list[Any]], fields: dict[str, Any],

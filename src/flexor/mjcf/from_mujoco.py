@@ -16,7 +16,8 @@ from flexor.types import Model, field_table
 
 # Every primary Model field has an mjModel field of the same name; derived ones are recomputed.
 _COPY = tuple(name for name, spec in field_table(Model).items() if not spec["derived"])
-_KEYS = ("key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat")
+_KEYS = ("key_time", "key_qpos", "key_qvel", "key_act", "key_ctrl", "key_mpos", "key_mquat",
+         "key_plastic")
 
 
 def from_mujoco(m: Any, dtype: Any = None, convex: bool = True) -> Model:
@@ -36,6 +37,7 @@ def from_mujoco(m: Any, dtype: Any = None, convex: bool = True) -> Model:
                               if numeric >= 0 else -1)
   fields["key_mpos"] = fields["key_mpos"].reshape(m.nkey, m.nmocap, 3)
   fields["key_mquat"] = fields["key_mquat"].reshape(m.nkey, m.nmocap, 4)
+  fields["key_plastic"] = fields["key_plastic"].reshape(m.nkey, m.nplastic)
   for kind, obj in (("body", mujoco.mjtObj.mjOBJ_BODY), ("jnt", mujoco.mjtObj.mjOBJ_JOINT),
                     ("geom", mujoco.mjtObj.mjOBJ_GEOM), ("site", mujoco.mjtObj.mjOBJ_SITE),
                     ("cam", mujoco.mjtObj.mjOBJ_CAMERA), ("light", mujoco.mjtObj.mjOBJ_LIGHT),
