@@ -455,6 +455,9 @@ def _sensor_xml(sensor: str) -> str:
     ("<contact reduce='sum'/>", "contact", "reduce", "invalid keyword"),
     ("<contact data='linvel' reduce='netforce'/>", "contact", "reduce", "incompatible"),
     ("<touch site='m'/>", "touch", "site", "mesh site"),
+    ("<user/>", "user", "dim", "required attribute missing"),
+    ("<user dim='1' objtype='joint'/>", "user", "objtype", "together"),
+    ("<user dim='1' objtype='light' objname='l'/>", "user", "objtype", "not supported"),
 ])
 def test_errors(sensor: str, element: str, attribute: str | None, match: str):
   with pytest.raises(MJCFError, match=match) as info:
@@ -623,6 +626,23 @@ _INSIDE = """
   <sensor>{sensors}</sensor>
 </mujoco>
 """
+
+
+def test_user_sensors_are_zeros_as_mujoco_leaves_them():
+  """``<user>`` sensors compile to MuJoCo's fields (object, dim, stage, datatype, cutoff) and,
+  without MuJoCo's mjcb_sensor callback, read zero at every stage, between sensors that do
+  compute."""
+  xml = _sensor_xml(
+      "<user dim='3' needstage='vel' datatype='positive' objtype='site' objname='s' cutoff='2'/>"
+      "<user dim='2'/><jointpos joint='j'/><user dim='0'/>"
+      "<user dim='1' objtype='joint' objname='j' needstage='pos'/><user dim='1' needstage='none'/>"
+      "<jointvel joint='j'/>")
+  mj, fm = mujoco.MjModel.from_xml_string(xml), flexor.load_mjcf_string(xml)
+  for field in ("type", "datatype", "needstage", "objtype", "objid", "dim", "adr", "cutoff"):
+    np.testing.assert_array_equal(getattr(fm, f"sensor_{field}"), getattr(mj, f"sensor_{field}"))
+  qpos = np.array([[0.3], [-0.2]])
+  ours, theirs = _sensordata_at(mj, fm, qpos)
+  np.testing.assert_array_equal(ours, theirs)
 
 
 def test_insidesite_matches_mujoco():

@@ -691,6 +691,11 @@ def energy(m: Model, d: Data, sensors: bool = True) -> Data:
   return d.replace(energy=jnp.stack([energy_pos(m, d), kinetic]))
 
 
+def _user(m: Model, d: Data, ids: np.ndarray) -> jax.Array:
+  """``<user>`` sensors: zeros (n, dim), as MuJoCo without an mjcb_sensor callback."""
+  return jnp.zeros((len(ids), int(m.sensor_dim[ids[0]])), d.qpos.dtype)
+
+
 _POS: dict[int, _Compute] = {
     S.MAGNETOMETER: _magnetometer,
     S.RANGEFINDER: ray.rangefinder,
@@ -718,6 +723,7 @@ _POS: dict[int, _Compute] = {
     S.CLOCK: lambda m, d, ids: jnp.broadcast_to(d.time, (len(ids), 1)),
     S.CONTACT: _contact,
     S.CAMPROJECTION: _camprojection,
+    S.USER: _user,
 }
 
 _VEL: dict[int, _Compute] = {
@@ -737,6 +743,7 @@ _VEL: dict[int, _Compute] = {
     S.SUBTREELINVEL: _subtreelinvel,
     S.SUBTREEANGMOM: _subtreeangmom,
     S.CONTACT: _contact,
+    S.USER: _user,
 }
 
 _ACC: dict[int, _Compute] = {
@@ -754,6 +761,7 @@ _ACC: dict[int, _Compute] = {
     S.FRAMELINACC: _frame_acceleration(angular=False),
     S.FRAMEANGACC: _frame_acceleration(angular=True),
     S.CONTACT: _contact,
+    S.USER: _user,
 }
 
 # types whose values need cacc, cfrc_int and cfrc_ext (mj_sensorAcc's mj_rnePostConstraint call)

@@ -76,6 +76,7 @@ _TAGS: dict[str, tuple[SensorType, str | None, ObjType]] = {
     "clock": (S.CLOCK, None, ObjType.UNKNOWN),
     "contact": (S.CONTACT, None, ObjType.UNKNOWN),
     "camprojection": (S.CAMPROJECTION, "site", ObjType.SITE),
+    "user": (S.USER, None, ObjType.UNKNOWN),
 }
 
 # sensorNeedstage, sensorDatatype and mjs_sensorDim of the types above
@@ -100,6 +101,14 @@ _FRAME_OBJ = {"body": ObjType.BODY, "xbody": ObjType.XBODY, "geom": ObjType.GEOM
 _FRAME_NAMES = {ObjType.BODY: "body", ObjType.XBODY: "body", ObjType.GEOM: "geom",
                 ObjType.SITE: "site", ObjType.CAMERA: "camera"}
 _NO_REF = {S.FRAMELINACC, S.FRAMEANGACC}
+# a user sensor's object: any of these (MuJoCo takes any object; its value is the callback's)
+_USER_OBJ = {**_FRAME_OBJ, "joint": ObjType.JOINT, "tendon": ObjType.TENDON,
+             "actuator": ObjType.ACTUATOR}
+_USER_NAMES = {**_FRAME_NAMES, ObjType.JOINT: "jnt", ObjType.TENDON: "tendon",
+               ObjType.ACTUATOR: "actuator"}
+_STAGES = {"none": Stage.NONE, "pos": Stage.POS, "vel": Stage.VEL, "acc": Stage.ACC}
+_DATATYPES = {"real": DataType.REAL, "positive": DataType.POSITIVE, "axis": DataType.AXIS,
+              "quaternion": DataType.QUATERNION}
 # mjRAYDATA_*: dist, dir, origin, point, normal, depth and their sizes
 _RAYDATA = {"dist": (0, 1), "dir": (1, 3), "origin": (2, 3), "point": (3, 3), "normal": (4, 3),
             "depth": (5, 1)}
@@ -144,6 +153,28 @@ def _frame_object(r: Reader, names: dict[str, Names], type_attr: str,
 
 
 _GEOM_DISTANCE = (S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO)
+
+
+def _user_sensor(r: Reader, tables: dict[str, Names]) -> tuple[int, int, int, int]:
+  """(ObjType, id, dim, stage) of a ``<user>`` sensor. MuJoCo leaves its values to the
+  ``mjcb_sensor`` callback, zeros without one; flexor has no callback, so they stay zero."""
+  if r.has("objtype") != r.has("objname"):
+    raise r.error("'objtype' and 'objname' must be given together", "objtype")
+  objtype, objid = ObjType.UNKNOWN, -1
+  if r.has("objtype"):
+    kind = r.text("objtype")
+    if kind not in _USER_OBJ:
+      raise r.error(f"a user sensor's object of type {kind!r} is not supported by flexor yet",
+                    "objtype")
+    objtype = _USER_OBJ[kind]
+    objid = tables[_USER_NAMES[objtype]](r, "objname", _USER_NAMES[objtype])
+  if not r.has("dim"):
+    raise r.error("required attribute missing", "dim")
+  dim = r.int("dim")
+  if dim < 0:
+    raise r.error(f"dim must be non-negative, got {dim}", "dim")
+  return int(objtype), int(objid), dim, int(r.keyword("needstage", _STAGES, Stage.ACC))
+
 
 
 def _geom_or_body(r: Reader, names: dict[str, Names], side: str) -> tuple[int, int]:
@@ -266,6 +297,8 @@ def compile_sensors(source: Source, names: dict[str, Names],
       stage = Stage.ACC if stype in _ACC else Stage.VEL if stype in _VEL else Stage.POS
       if stype == S.CONTACT:
         objtype, objid, reftype, refid, dim, stage, *intprm = _contact_sensor(r, names)
+      elif stype == S.USER:
+        objtype, objid, dim, stage = _user_sensor(r, tables)
       elif stype == S.RANGEFINDER and r.has("camera"):
         objtype, objid = ObjType.CAMERA, tables["camera"](r, "camera", "camera")
       elif attr is not None:
@@ -294,7 +327,7 @@ def compile_sensors(source: Source, names: dict[str, Names],
           reftype, refid = int(ObjType.SITE), names["site"](r, "site")
         elif stype not in _NO_REF and r.has("reftype"):
           reftype, refid = _frame_object(r, names, "reftype", "refname")
-      if stype != S.CONTACT:
+      if stype not in (S.CONTACT, S.USER):
         dim = (3 if stype in _DIM3 else 4 if stype in _DIM4 else 2 if stype in _DIM2
                else 6 if stype == S.GEOMFROMTO else 1)
       if objtype == ObjType.JOINT:
@@ -316,7 +349,8 @@ def compile_sensors(source: Source, names: dict[str, Names],
         if objtype == ObjType.CAMERA:  # one ray per pixel
           dim *= int(np.prod(fields["cam_resolution"][objid]))
         intprm = (spec, 0, 0)
-      datatype = _DATATYPE.get(stype, DataType.REAL)
+      datatype = (r.keyword("datatype", _DATATYPES, DataType.REAL) if stype == S.USER
+                  else _DATATYPE.get(stype, DataType.REAL))
       axis = datatype in (DataType.AXIS, DataType.QUATERNION) and stype != S.GEOMNORMAL
       if cutoff > 0 and axis:
         raise r.error("cutoff applied to axis or quaternion datatype in sensor", "cutoff")

@@ -273,6 +273,7 @@ mujoco !: model
   subtreeangmom *: body cutoff delay interp interval name noise nsample user
   insidesite *: cutoff delay enclosed interp interval name noise nsample objname objtype site
                 user
+  user *: cutoff datatype dim name needstage noise objname objtype user
   distance *: body1 body2 cutoff delay geom1 geom2 interp interval name noise nsample user
   normal *: body1 body2 cutoff delay geom1 geom2 interp interval name noise nsample user
   fromto *: body1 body2 cutoff delay geom1 geom2 interp interval name noise nsample user
@@ -282,7 +283,6 @@ mujoco !: model
   e_kinetic *: cutoff delay interp interval name noise nsample user
   clock *: cutoff delay interp interval name noise nsample user
   tactile *: cutoff delay geom interp interval mesh name nsample user
-  user *: cutoff datatype dim name needstage noise objname objtype user
   plugin *: cutoff instance name objname objtype plugin refname reftype user
    config *: key value
  custom *
