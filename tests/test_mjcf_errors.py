@@ -371,6 +371,10 @@ _CASES = [
     ("key_plastic_size", "<mujoco><worldbody><body><joint stiffness='1' springyield='0.5'/>"
      "<geom size='1'/></body></worldbody><keyframe><key plastic='0.1 0.2'/></keyframe></mujoco>",
      1, "key", "plastic", "at most 1 numbers"),
+    ("fusestatic_free_below_kept_body", "<mujoco>\n<compiler fusestatic='true'/>\n"
+     "<worldbody>\n<body name='shelf'>\n<geom size='.1'/>\n<body>\n<freejoint/>\n"
+     "<geom size='.1'/>\n</body>\n</body>\n</worldbody>\n<contact><exclude body1='shelf' "
+     "body2='shelf'/></contact>\n</mujoco>", 7, "freejoint", None, "child of the world"),
     ("fusestatic_inertia", "<mujoco>\n<compiler fusestatic='true'/>\n<worldbody>\n"
      "<body name='p'>\n<joint/>\n<geom size='.1' mass='0'/>\n<body pos='.1 0 0'>\n"
      "<inertial pos='0 0 0' mass='1' diaginertia='1e-20 1e-20 1e-20'/>\n</body>\n</body>\n"

@@ -19,7 +19,7 @@ from flexor.mjcf.added_mass import FLUID_COEF, geom_fluid
 from flexor.mjcf.defaults import Attributes, Defaults, attributes
 from flexor.mjcf.parse import Source
 from flexor.mjcf.values import LIMITED, Reader
-from flexor.types import JNT_NV, GeomType, JointType
+from flexor.types import JNT_NQ, JNT_NV, GeomType, JointType
 
 _ORIENTATIONS = ("quat", "axisangle", "euler", "xyaxes", "zaxis")
 _JOINT_TYPES = {"free": JointType.FREE, "ball": JointType.BALL, "slide": JointType.SLIDE,
@@ -164,6 +164,14 @@ class TreeCompiler:
       except ValueError as e:
         body, message = e.args
         raise self.source.error(self.tree.body["element"][body], message) from None
+    # after fusing, as MuJoCo checks: a static parent fused into the world makes a free body
+    # a child of the world
+    j = self.tree.jnt
+    for jtype, body, element in zip(j["type"], j["bodyid"], j["element"]):
+      if jtype == JointType.FREE and self.tree.body["parentid"][body] != 0:
+        raise self.source.error(element, "a free joint can only be used in a body that is a "
+                                "child of the world body (<worldbody>); use a ball joint and "
+                                "slide joints below another body")
     if self.compiler.settotalmass > 0:
       self._set_total_mass(self.compiler.settotalmass)
     return self.tree
@@ -198,10 +206,6 @@ class TreeCompiler:
                 if t in (JointType.BALL, JointType.HINGE)] if balls else []
     if free and len(joints) > 1:
       raise self.source.error(free[0], "a free joint must be the only joint of its body")
-    if free and self.tree.body["parentid"][bodyid] != 0:
-      raise self.source.error(free[0], "a free joint can only be used in a body that is a child "
-                              "of the world body (<worldbody>); use a ball joint and slide "
-                              "joints below another body")
     if rotation:  # MuJoCo: "ball followed by rotation"
       raise self.source.error(rotation[0], "a hinge or ball joint cannot follow a ball joint in "
                               "the same body", "type")
@@ -827,6 +831,13 @@ def fuse_static(tree: Tree, referred: set[str], sensed_sites: set[str]) -> None:
     for key in rows:
       rows[key] = [rows[key][e] for _, e in elements]
     rows["bodyid"] = [body for body, _ in elements]
+  # a free joint's qpos0 is its body's pose, which fusing a static parent may have moved
+  adr = 0
+  for jtype, body in zip(tree.jnt["type"], tree.jnt["bodyid"]):
+    if jtype == JointType.FREE:
+      pose = list(b["pos"][body]) + list(b["quat"][body])
+      tree.qpos0[adr:adr + 7], tree.qpos_spring[adr:adr + 7] = pose, pose
+    adr += JNT_NQ[jtype]
 
 
 def check_unique_names(source: Source, tree: Tree) -> None:
