@@ -378,17 +378,16 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int, jnt_ele
   nmocap = len(mocap)
   keys: dict[str, list[Any]] = {k: [] for k in "time qpos qvel act ctrl mpos mquat".split()}
   names = []
+  nplastic = plastic_tables(fields, np.asarray(fields["jnt_type"]),
+                            len(fields.get("tendon_num", ())))["nplastic"]
   given_plastic: list[np.ndarray] = []
   for section in source.sections("keyframe"):
     for element in section:
       r = _bare(source, element)
       plastic = r.floats("plastic", at_least=0) if r.has("plastic") else np.zeros(0)
-      if len(plastic):
-        nplastic = plastic_tables(fields, np.asarray(fields["jnt_type"]),
-                                  len(fields.get("tendon_num", ())))["nplastic"]
-        if len(plastic) > nplastic:
-          raise r.error(f"expected at most {nplastic} numbers (the model's plastic state), got "
-                        f"{len(plastic)}", "plastic")
+      if len(plastic) > nplastic:
+        raise r.error(f"expected at most {nplastic} numbers (the model's plastic state), got "
+                      f"{len(plastic)}", "plastic")
       given_plastic.append(plastic)
       names.append(element.get("name", ""))
       keys["time"].append(r.float("time", 0.0))
@@ -418,8 +417,6 @@ def _keyframes(source: Source, fields: dict[str, Any], nu: int, na: int, jnt_ele
                         ("mpos", fields["body_pos"][mocap].ravel()),
                         ("mquat", fields["body_quat"][mocap].ravel())):
       keys[name].append(np.array(value, dtype=np.float64))
-  nplastic = plastic_tables(fields, np.asarray(fields["jnt_type"]),
-                            len(fields.get("tendon_num", ())))["nplastic"]
   # NaN: not given, filled from the initial plastic state once setconst has the tendons' lengths
   key_plastic = np.full((nkey, nplastic), np.nan)
   for k, plastic in enumerate(given_plastic):
