@@ -791,7 +791,7 @@ def fuse_static(tree: Tree, referred: set[str], sensed_sites: set[str]) -> None:
       i += 1
       continue
     p, pos, quat = parent[body], b["pos"][body], b["quat"][body]
-    if p != 0 and b["mass"][body] >= 1e-15:
+    if p != 0 and b["mass"][body] >= frames.MJ_MINVAL:
       fields = ("mass", "ipos", "iquat", "inertia")
       try:
         merged = inertia.accumulate_inertia(tuple(b[f][p] for f in fields),

@@ -143,13 +143,15 @@ def _history(r: Reader) -> dict[str, Any]:
               interval=tuple(interval))
 
 
-def _frame_object(r: Reader, names: dict[str, Names], type_attr: str,
-                  name_attr: str) -> tuple[int, int]:
-  """(ObjType, id) of a frame sensor's object or reference frame."""
-  objtype = ObjType(r.keyword(type_attr, _FRAME_OBJ, 0))
+def _frame_object(r: Reader, names: dict[str, Names], type_attr: str, name_attr: str,
+                  kinds: dict[str, ObjType] = _FRAME_OBJ,
+                  tables: dict[ObjType, str] = _FRAME_NAMES) -> tuple[int, int]:
+  """(ObjType, id) of a frame sensor's object or reference frame (or a user sensor's object,
+  with its wider ``kinds`` and name ``tables``)."""
+  objtype = ObjType(r.keyword(type_attr, kinds, 0))
   if r.text(name_attr) is None:
     raise r.error(f"'{type_attr}' needs '{name_attr}'", name_attr)
-  return int(objtype), names[_FRAME_NAMES[objtype]](r, name_attr, _FRAME_NAMES[objtype])
+  return int(objtype), names[tables[objtype]](r, name_attr, tables[objtype])
 
 
 _GEOM_DISTANCE = (S.GEOMDIST, S.GEOMNORMAL, S.GEOMFROMTO)
@@ -160,14 +162,12 @@ def _user_sensor(r: Reader, tables: dict[str, Names]) -> tuple[int, int, int, in
   ``mjcb_sensor`` callback, zeros without one; flexor has no callback, so they stay zero."""
   if r.has("objtype") != r.has("objname"):
     raise r.error("'objtype' and 'objname' must be given together", "objtype")
-  objtype, objid = ObjType.UNKNOWN, -1
+  objtype, objid = int(ObjType.UNKNOWN), -1
   if r.has("objtype"):
-    kind = r.text("objtype")
-    if kind not in _USER_OBJ:
-      raise r.error(f"a user sensor's object of type {kind!r} is not supported by flexor yet",
-                    "objtype")
-    objtype = _USER_OBJ[kind]
-    objid = tables[_USER_NAMES[objtype]](r, "objname", _USER_NAMES[objtype])
+    if r.text("objtype") not in _USER_OBJ:
+      raise r.error(f"a user sensor's object of type {r.text('objtype')!r} is not supported by "
+                    "flexor yet", "objtype")
+    objtype, objid = _frame_object(r, tables, "objtype", "objname", _USER_OBJ, _USER_NAMES)
   if not r.has("dim"):
     raise r.error("required attribute missing", "dim")
   dim = r.int("dim")

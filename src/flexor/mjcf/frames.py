@@ -18,6 +18,7 @@ import numpy as np
 from flexor.types import SameFrame
 
 MJ_EPS = 1e-14          # mjEPS
+MJ_MINVAL = 1e-15       # mjMINVAL
 _FRAME_EPS = 1e-6       # user_model.cc kFrameEps: element-wise tolerance of IsSamePose
 _ORIENT_LEN = {"quat": 4, "axisangle": 4, "euler": 3, "xyaxes": 6, "zaxis": 3}
 

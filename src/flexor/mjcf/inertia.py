@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from flexor.mjcf import frames
-from flexor.mjcf.frames import MJ_EPS
+from flexor.mjcf.frames import MJ_EPS, MJ_MINVAL
 from flexor.types import GeomType
 
 if TYPE_CHECKING:
@@ -407,6 +407,13 @@ def _global_inertia(local: Sequence[float], quat: Sequence[float]) -> list[float
           m[3] * t[2] + m[4] * t[5] + m[5] * t[8]]
 
 
+def _offcenter(mass: float, d: Sequence[float]) -> list[float]:
+  """mjuu_offcenter: the inertia (xx, yy, zz, xy, xz, yz) of a point mass at offset d (3,)."""
+  x, y, z = d
+  return [mass * (y * y + z * z), mass * (x * x + z * z), mass * (x * x + y * y),
+          -mass * x * y, -mass * x * z, -mass * y * z]
+
+
 def body_inertial(masses: Sequence[float], inertias: np.ndarray, poss: np.ndarray,
                   quats: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
   """mjCBody::InertiaFromGeom: a body's inertial frame from its geoms.
@@ -448,11 +455,8 @@ def body_inertial(masses: Sequence[float], inertias: np.ndarray, poss: np.ndarra
   ipos = [com[0] / mass, com[1] / mass, com[2] / mass]
   total = [0.0] * 6
   for i in range(n):
-    x, y, z = (float(poss[i, k]) - ipos[k] for k in range(3))
     rotated = _global_inertia([float(v) for v in inertias[i]], [float(v) for v in quats[i]])
-    m = masses[i]
-    shift = [m * (y * y + z * z), m * (x * x + z * z), m * (x * x + y * y),
-             -m * x * y, -m * x * z, -m * y * z]
+    shift = _offcenter(masses[i], [float(poss[i, k]) - ipos[k] for k in range(3)])
     for j in range(6):
       total[j] = total[j] + rotated[j] + shift[j]
   try:
@@ -490,16 +494,13 @@ def accumulate_inertia(body: tuple[float, np.ndarray, np.ndarray, np.ndarray],
     mass += masses[j]
     for k in range(3):
       com[k] += masses[j] * iposs[j][k]
-  if mass < 1e-15:
+  if mass < MJ_MINVAL:
     return 0.0, np.zeros(3), np.array([1.0, 0.0, 0.0, 0.0]), np.zeros(3)
   com = [c / mass for c in com]
   total = [0.0] * 6
   for j in range(2):
-    x, y, z = (iposs[j][k] - com[k] for k in range(3))
     rotated = _global_inertia(inertias[j], iquats[j])
-    m = masses[j]
-    shift = [m * (y * y + z * z), m * (x * x + z * z), m * (x * x + y * y),
-             -m * x * y, -m * x * z, -m * y * z]
+    shift = _offcenter(masses[j], [iposs[j][k] - com[k] for k in range(3)])
     for k in range(6):
       total[k] += rotated[k] + shift[k]
   iquat, inertia = full_inertia_frame(total)
